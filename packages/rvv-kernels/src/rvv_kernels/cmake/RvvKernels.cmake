@@ -1,0 +1,106 @@
+# The single build description of rvv-kernels, used by this package's own test
+# build and by every consumer (rvv-ops' native build and its riscv64 cross
+# build) through find_package(rvv_kernels) or include().
+#
+# Defines the static library target `rvv_kernels` (alias rvv_kernels::rvv_kernels):
+# each kernel source is compiled once per variant - `portable` always, and when
+# the target is riscv64 also `rvv` (-march=rv64gcv) and `rvv_zvfh` (+Zvfh) -
+# and the library picks the best variant for the running CPU at run time.
+#
+# Options:
+#   RVVK_ENABLE_RVV   (ON)  compile the RVV variants when targeting riscv64
+#   RVVK_ENABLE_ZVFH  (ON)  also compile the Zvfh variant if the compiler can
+#   RVVK_PORTABLE_FLAGS     extra flags for the portable variant
+#
+# Function: rvvk_add_variant_objects(<prefix> <sources...>) compiles extra
+# sources once per variant (defining RVVK_VARIANT) and returns the object
+# libraries in ${<prefix>_TARGETS}; used by tests and benchmarks.
+include_guard(GLOBAL)
+include(CheckCXXSourceCompiles)
+
+set(RVVK_SOURCE_DIR "${CMAKE_CURRENT_LIST_DIR}/../csrc")
+file(GLOB RVVK_KERNEL_SOURCES CONFIGURE_DEPENDS "${RVVK_SOURCE_DIR}/kernels/*.cpp")
+
+option(RVVK_ENABLE_RVV "Compile the RVV variants when targeting riscv64" ON)
+option(RVVK_ENABLE_ZVFH "Compile the RVV+Zvfh variant when the compiler supports it" ON)
+
+set(RVVK_VARIANTS portable)
+set(RVVK_FLAGS_portable ${RVVK_PORTABLE_FLAGS})
+
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(riscv64|rv64)")
+  # The portable variant is the scalar baseline: no vector unit at all.
+  list(APPEND RVVK_FLAGS_portable -march=rv64gc)
+  if(RVVK_ENABLE_RVV)
+    set(_rvvk_probe_v "
+#include <riscv_vector.h>
+int main() { float x[4] = {1, 2, 3, 4}; size_t vl = __riscv_vsetvl_e32m1(4);
+  vfloat32m1_t v = __riscv_vle32_v_f32m1(x, vl);
+  vfloat32m1_t z = __riscv_vfmv_v_f_f32m1(0.0f, 1);
+  return (int)__riscv_vfmv_f_s_f32m1_f32(__riscv_vfredusum_vs_f32m1_f32m1(v, z, vl)); }")
+    set(CMAKE_REQUIRED_FLAGS "-march=rv64gcv")
+    check_cxx_source_compiles("${_rvvk_probe_v}" RVVK_COMPILER_HAS_RVV)
+    unset(CMAKE_REQUIRED_FLAGS)
+    if(NOT RVVK_COMPILER_HAS_RVV)
+      message(FATAL_ERROR
+        "rvv-kernels: ${CMAKE_CXX_COMPILER} cannot compile RVV 1.0 intrinsics (__riscv_ prefix) "
+        "with -march=rv64gcv. Use clang >= 16 (tools/provision.sh toolchain installs clang-16), "
+        "or configure with -DRVVK_ENABLE_RVV=OFF for a portable-only build.")
+    endif()
+    list(APPEND RVVK_VARIANTS rvv)
+    set(RVVK_FLAGS_rvv -march=rv64gcv)
+    if(RVVK_ENABLE_ZVFH)
+      set(_rvvk_probe_zvfh "
+#include <riscv_vector.h>
+int main() { _Float16 h[2] = {1, 2}; float f[2]; size_t vl = __riscv_vsetvl_e16mf2(2);
+  __riscv_vse32_v_f32m1(f, __riscv_vfwcvt_f_f_v_f32m1(__riscv_vle16_v_f16mf2(h, vl), vl), vl);
+  return (int)f[1]; }")
+      foreach(_flags "-march=rv64gcv_zfh_zvfh" "-march=rv64gcv_zfh_zvfh0p1 -menable-experimental-extensions")
+        string(MAKE_C_IDENTIFIER "RVVK_ZVFH_${_flags}" _var)
+        set(CMAKE_REQUIRED_FLAGS "${_flags}")
+        check_cxx_source_compiles("${_rvvk_probe_zvfh}" ${_var})
+        unset(CMAKE_REQUIRED_FLAGS)
+        if(${_var})
+          list(APPEND RVVK_VARIANTS rvv_zvfh)
+          separate_arguments(RVVK_FLAGS_rvv_zvfh UNIX_COMMAND "${_flags}")
+          break()
+        endif()
+      endforeach()
+      if(NOT "rvv_zvfh" IN_LIST RVVK_VARIANTS)
+        message(WARNING "rvv-kernels: the compiler cannot build Zvfh code; no rvv_zvfh variant")
+      endif()
+    endif()
+  endif()
+endif()
+message(STATUS "rvv-kernels variants: ${RVVK_VARIANTS}")
+
+function(rvvk_add_variant_objects prefix)
+  set(_targets)
+  foreach(_v IN LISTS RVVK_VARIANTS)
+    set(_t ${prefix}_${_v})
+    add_library(${_t} OBJECT ${ARGN})
+    target_compile_features(${_t} PRIVATE cxx_std_17)
+    target_include_directories(${_t} PRIVATE "${RVVK_SOURCE_DIR}/include")
+    target_compile_definitions(${_t} PRIVATE RVVK_VARIANT=${_v})
+    target_compile_options(${_t} PRIVATE ${RVVK_FLAGS_${_v}})
+    set_target_properties(${_t} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+    list(APPEND _targets ${_t})
+  endforeach()
+  set(${prefix}_TARGETS ${_targets} PARENT_SCOPE)
+endfunction()
+
+if(NOT TARGET rvv_kernels)
+  rvvk_add_variant_objects(rvv_kernels_kernels ${RVVK_KERNEL_SOURCES})
+  add_library(rvv_kernels STATIC
+    "${RVVK_SOURCE_DIR}/runtime/dispatch.cpp"
+    "${RVVK_SOURCE_DIR}/runtime/cpuinfo.cpp")
+  foreach(_t IN LISTS rvv_kernels_kernels_TARGETS)
+    target_sources(rvv_kernels PRIVATE $<TARGET_OBJECTS:${_t}>)
+  endforeach()
+  foreach(_v IN LISTS RVVK_VARIANTS)
+    target_compile_definitions(rvv_kernels PRIVATE RVVK_HAVE_${_v}=1)
+  endforeach()
+  target_compile_features(rvv_kernels PUBLIC cxx_std_17)
+  target_include_directories(rvv_kernels PUBLIC "${RVVK_SOURCE_DIR}/include")
+  set_target_properties(rvv_kernels PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  add_library(rvv_kernels::rvv_kernels ALIAS rvv_kernels)
+endif()

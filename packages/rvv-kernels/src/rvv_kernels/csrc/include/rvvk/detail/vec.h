@@ -1,0 +1,36 @@
+// The vector layer: the only place that knows the ISA.
+//
+// Kernels are written once against rvvk::vec::F32<LMUL> (and friends) and
+// compiled once per variant. On RISC-V with V the traits map to RVV 1.0
+// intrinsics (VLEN-agnostic: every loop is strip-mined with setvl); elsewhere,
+// and for the scalar "-march=rv64gc" build, they map to a portable emulation
+// of a vector unit in plain C++.
+//
+// RVV types are sizeless, so the layer is a set of traits with static member
+// functions templated on LMUL, never a class holding a vector.
+//
+// Conventions shared by both implementations:
+//  - `vl` is the active length returned by setvl(); lanes >= vl of a result are
+//    unspecified (tail agnostic) unless the function ends in `_tu`, which leaves
+//    lanes >= vl of its first argument unchanged.
+//  - load<T>/store<T> convert between storage type T (float, bf16, f16) and
+//    fp32 lanes; rounding to bf16/f16 is round-to-nearest-even.
+#pragma once
+
+#include "rvvk/detail/scalar.h"
+
+#define RVVK_CONCAT_(a, b) a##b
+#define RVVK_CONCAT(a, b) RVVK_CONCAT_(a, b)
+#ifndef RVVK_VARIANT
+#error "RVVK_VARIANT must name the variant being compiled (portable, rvv, rvv_zvfh)"
+#endif
+// Namespace that holds this translation unit's variant of every kernel and of
+// the vector layer itself (the variants' inline functions must not merge at
+// link time).
+#define RVVK_NS RVVK_CONCAT(v_, RVVK_VARIANT)
+
+#if defined(__riscv_v_intrinsic)
+#include "rvvk/detail/vec_rvv.h"
+#else
+#include "rvvk/detail/vec_portable.h"
+#endif

@@ -1,0 +1,79 @@
+// Portable implementation of the vector layer (see vec.h for the contract).
+//
+// It emulates a vector unit with a fixed VLEN of kPortableVlenBits in plain C++:
+// vectors are small arrays, arithmetic runs over all lanes (tail agnostic, so
+// the compiler sees fixed trip counts and may auto-vectorise for the host),
+// loads and stores touch exactly `vl` elements. Compiled for riscv64 with
+// -march=rv64gc this is also the scalar baseline the RVV build is compared with.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "rvvk/detail/scalar.h"
+
+namespace rvvk::RVVK_NS::vec {
+
+inline constexpr bool kIsRvv = false;
+inline constexpr bool kHasZvfh = false;
+inline constexpr std::size_t kPortableVlenBits = 256;
+
+inline std::size_t vlen_bits() { return kPortableVlenBits; }
+
+template <int LMUL>
+struct F32 {
+  static constexpr std::size_t N = kPortableVlenBits / 32 * LMUL;
+  struct V {
+    float x[N];
+  };
+
+  static std::size_t setvl(std::size_t n) { return n < N ? n : N; }
+  static constexpr std::size_t vlmax() { return N; }
+  static V splat(float s, std::size_t) {
+    V r;
+    for (std::size_t i = 0; i < N; ++i) r.x[i] = s;
+    return r;
+  }
+  static V add(V a, V b, std::size_t) {
+    for (std::size_t i = 0; i < N; ++i) a.x[i] += b.x[i];
+    return a;
+  }
+  static V sub(V a, V b, std::size_t) {
+    for (std::size_t i = 0; i < N; ++i) a.x[i] -= b.x[i];
+    return a;
+  }
+  static V mul(V a, V b, std::size_t) {
+    for (std::size_t i = 0; i < N; ++i) a.x[i] *= b.x[i];
+    return a;
+  }
+  static V mul(V a, float s, std::size_t) {
+    for (std::size_t i = 0; i < N; ++i) a.x[i] *= s;
+    return a;
+  }
+  static V fmacc(V acc, V a, V b, std::size_t) {
+    for (std::size_t i = 0; i < N; ++i) acc.x[i] += a.x[i] * b.x[i];
+    return acc;
+  }
+  static V fmacc_tu(V acc, V a, V b, std::size_t vl) {
+    for (std::size_t i = 0; i < vl; ++i) acc.x[i] += a.x[i] * b.x[i];
+    return acc;
+  }
+  static float reduce_sum(V v, std::size_t vl) {
+    float s = 0.0f;
+    for (std::size_t i = 0; i < vl; ++i) s += v.x[i];
+    return s;
+  }
+  template <class T>
+  static V load(const T* p, std::size_t vl) {
+    V r;
+    for (std::size_t i = 0; i < vl; ++i) r.x[i] = scalar::to_f32(p[i]);
+    for (std::size_t i = vl; i < N; ++i) r.x[i] = 0.0f;
+    return r;
+  }
+  template <class T>
+  static void store(T* p, V v, std::size_t vl) {
+    for (std::size_t i = 0; i < vl; ++i) p[i] = scalar::from_f32<T>(v.x[i]);
+  }
+};
+
+}  // namespace rvvk::RVVK_NS::vec

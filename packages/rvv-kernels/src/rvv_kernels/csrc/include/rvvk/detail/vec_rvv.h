@@ -1,0 +1,163 @@
+// RVV 1.0 implementation of the vector layer (see vec.h for the contract).
+#pragma once
+
+#include <riscv_vector.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "rvvk/detail/scalar.h"
+
+namespace rvvk::RVVK_NS::vec {
+
+inline constexpr bool kIsRvv = true;
+#if defined(__riscv_zvfh)
+inline constexpr bool kHasZvfh = true;
+#else
+inline constexpr bool kHasZvfh = false;
+#endif
+
+// VLEN in bits of the CPU running this code.
+inline std::size_t vlen_bits() { return __riscv_vsetvlmax_e8m1() * 8; }
+
+template <int LMUL>
+struct F32;
+
+// F32<L>: fp32 lanes at LMUL L. H is the LMUL of the matching 16-bit vector
+// (same element count), B the mask type's ratio.
+#define RVVK_F32_TRAITS(L, M, H, B)                                                          \
+  template <>                                                                                \
+  struct F32<L> {                                                                            \
+    using V = vfloat32##M##_t;                                                               \
+    using U = vuint32##M##_t;                                                                \
+    using H16 = vuint16##H##_t;                                                              \
+    using Mask = vbool##B##_t;                                                               \
+    static std::size_t setvl(std::size_t n) { return __riscv_vsetvl_e32##M(n); }             \
+    static std::size_t vlmax() { return __riscv_vsetvlmax_e32##M(); }                        \
+    static V splat(float x, std::size_t vl) { return __riscv_vfmv_v_f_f32##M(x, vl); }       \
+    static V add(V a, V b, std::size_t vl) { return __riscv_vfadd_vv_f32##M(a, b, vl); }     \
+    static V sub(V a, V b, std::size_t vl) { return __riscv_vfsub_vv_f32##M(a, b, vl); }     \
+    static V mul(V a, V b, std::size_t vl) { return __riscv_vfmul_vv_f32##M(a, b, vl); }     \
+    static V mul(V a, float s, std::size_t vl) { return __riscv_vfmul_vf_f32##M(a, s, vl); } \
+    static V fmacc(V acc, V a, V b, std::size_t vl) {                                        \
+      return __riscv_vfmacc_vv_f32##M(acc, a, b, vl);                                        \
+    }                                                                                        \
+    static V fmacc_tu(V acc, V a, V b, std::size_t vl) {                                     \
+      return __riscv_vfmacc_vv_f32##M##_tu(acc, a, b, vl);                                   \
+    }                                                                                        \
+    static float reduce_sum(V v, std::size_t vl) {                                           \
+      const vfloat32m1_t zero = __riscv_vfmv_v_f_f32m1(0.0f, 1);                             \
+      return __riscv_vfmv_f_s_f32m1_f32(__riscv_vfredusum_vs_f32##M##_f32m1(v, zero, vl));   \
+    }                                                                                        \
+    /* bf16: widen by shifting into the high half; narrow with RNE. */                       \
+    static V widen_bf16(H16 h, std::size_t vl) {                                             \
+      U u = __riscv_vsll_vx_u32##M(__riscv_vzext_vf2_u32##M(h, vl), 16, vl);                 \
+      return __riscv_vreinterpret_v_u32##M##_f32##M(u);                                      \
+    }                                                                                        \
+    static H16 narrow_bf16(V v, std::size_t vl) {                                            \
+      U u = __riscv_vreinterpret_v_f32##M##_u32##M(v);                                       \
+      U lsb = __riscv_vand_vx_u32##M(__riscv_vsrl_vx_u32##M(u, 16, vl), 1, vl);              \
+      u = __riscv_vadd_vv_u32##M(u, __riscv_vadd_vx_u32##M(lsb, 0x7fff, vl), vl);            \
+      H16 h = __riscv_vnsrl_wx_u16##H(u, 16, vl);                                            \
+      Mask nan = __riscv_vmfne_vv_f32##M##_b##B(v, v, vl);                                   \
+      return __riscv_vmerge_vxm_u16##H(h, 0x7fc0, nan, vl);                                  \
+    }                                                                                        \
+    /* fp16 by integer arithmetic, for CPUs without Zvfh(min). */                            \
+    static V widen_f16_int(H16 h, std::size_t vl) {                                          \
+      U w = __riscv_vzext_vf2_u32##M(h, vl);                                                 \
+      U sign = __riscv_vsll_vx_u32##M(__riscv_vand_vx_u32##M(w, 0x8000, vl), 16, vl);        \
+      U em = __riscv_vand_vx_u32##M(w, 0x7fff, vl);                                          \
+      U shifted = __riscv_vsll_vx_u32##M(em, 13, vl);                                        \
+      V scaled = __riscv_vfmul_vf_f32##M(__riscv_vreinterpret_v_u32##M##_f32##M(shifted),    \
+                                         0x1p112f, vl);                                      \
+      U bits = __riscv_vreinterpret_v_f32##M##_u32##M(scaled);                               \
+      Mask infnan = __riscv_vmsgeu_vx_u32##M##_b##B(em, 0x7c00, vl);                         \
+      bits = __riscv_vmerge_vvm_u32##M(bits, __riscv_vor_vx_u32##M(shifted, 0x7f800000, vl), \
+                                       infnan, vl);                                          \
+      return __riscv_vreinterpret_v_u32##M##_f32##M(__riscv_vor_vv_u32##M(bits, sign, vl));  \
+    }                                                                                        \
+    static H16 narrow_f16_int(V v, std::size_t vl) {                                         \
+      U u = __riscv_vreinterpret_v_f32##M##_u32##M(v);                                       \
+      U sign = __riscv_vand_vx_u32##M(u, 0x80000000u, vl);                                   \
+      u = __riscv_vxor_vv_u32##M(u, sign, vl);                                               \
+      /* normal range: re-bias and round to nearest even */                                  \
+      U odd = __riscv_vand_vx_u32##M(__riscv_vsrl_vx_u32##M(u, 13, vl), 1, vl);              \
+      U o = __riscv_vadd_vv_u32##M(__riscv_vadd_vx_u32##M(u, 0xc8000fffu, vl), odd, vl);     \
+      o = __riscv_vsrl_vx_u32##M(o, 13, vl);                                                 \
+      /* subnormal range: let the FPU round by adding 0.5f */                                \
+      V sub = __riscv_vfadd_vf_f32##M(__riscv_vreinterpret_v_u32##M##_f32##M(u), 0.5f, vl);  \
+      U os = __riscv_vsub_vx_u32##M(__riscv_vreinterpret_v_f32##M##_u32##M(sub),             \
+                                    0x3f000000u, vl);                                        \
+      o = __riscv_vmerge_vvm_u32##M(o, os, __riscv_vmsltu_vx_u32##M##_b##B(u, 0x38800000u, vl), \
+                                    vl);                                                     \
+      /* overflow, inf, nan */                                                               \
+      U big = __riscv_vmerge_vxm_u32##M(__riscv_vmv_v_x_u32##M(0x7c00u, vl), 0x7e00u,        \
+                                        __riscv_vmsgtu_vx_u32##M##_b##B(u, 0x7f800000u, vl), \
+                                        vl);                                                 \
+      o = __riscv_vmerge_vvm_u32##M(o, big, __riscv_vmsgeu_vx_u32##M##_b##B(u, 0x47800000u, vl), \
+                                    vl);                                                     \
+      o = __riscv_vor_vv_u32##M(o, __riscv_vsrl_vx_u32##M(sign, 16, vl), vl);                \
+      return __riscv_vnsrl_wx_u16##H(o, 0, vl);                                              \
+    }                                                                                        \
+    RVVK_F32_F16_OPS(M, H)                                                                   \
+    template <class T>                                                                       \
+    static V load(const T* p, std::size_t vl);                                               \
+    template <class T>                                                                       \
+    static void store(T* p, V v, std::size_t vl);                                            \
+  };                                                                                         \
+  template <>                                                                                \
+  inline F32<L>::V F32<L>::load<float>(const float* p, std::size_t vl) {                     \
+    return __riscv_vle32_v_f32##M(p, vl);                                                    \
+  }                                                                                          \
+  template <>                                                                                \
+  inline F32<L>::V F32<L>::load<bf16>(const bf16* p, std::size_t vl) {                       \
+    return widen_bf16(__riscv_vle16_v_u16##H(reinterpret_cast<const std::uint16_t*>(p), vl), \
+                      vl);                                                                   \
+  }                                                                                          \
+  template <>                                                                                \
+  inline F32<L>::V F32<L>::load<f16>(const f16* p, std::size_t vl) {                         \
+    return load_f16(reinterpret_cast<const std::uint16_t*>(p), vl);                          \
+  }                                                                                          \
+  template <>                                                                                \
+  inline void F32<L>::store<float>(float* p, V v, std::size_t vl) {                          \
+    __riscv_vse32_v_f32##M(p, v, vl);                                                        \
+  }                                                                                          \
+  template <>                                                                                \
+  inline void F32<L>::store<bf16>(bf16* p, V v, std::size_t vl) {                            \
+    __riscv_vse16_v_u16##H(reinterpret_cast<std::uint16_t*>(p), narrow_bf16(v, vl), vl);     \
+  }                                                                                          \
+  template <>                                                                                \
+  inline void F32<L>::store<f16>(f16* p, V v, std::size_t vl) {                              \
+    store_f16(reinterpret_cast<std::uint16_t*>(p), v, vl);                                   \
+  }
+
+#if defined(__riscv_zvfh)
+// Zvfh: hardware conversions (round to nearest even under the default frm).
+#define RVVK_F32_F16_OPS(M, H)                                                           \
+  static V load_f16(const std::uint16_t* p, std::size_t vl) {                            \
+    return __riscv_vfwcvt_f_f_v_f32##M(                                                  \
+        __riscv_vle16_v_f16##H(reinterpret_cast<const _Float16*>(p), vl), vl);           \
+  }                                                                                      \
+  static void store_f16(std::uint16_t* p, V v, std::size_t vl) {                         \
+    __riscv_vse16_v_f16##H(reinterpret_cast<_Float16*>(p),                               \
+                           __riscv_vfncvt_f_f_w_f16##H(v, vl), vl);                      \
+  }
+#else
+#define RVVK_F32_F16_OPS(M, H)                                                           \
+  static V load_f16(const std::uint16_t* p, std::size_t vl) {                            \
+    return widen_f16_int(__riscv_vle16_v_u16##H(p, vl), vl);                             \
+  }                                                                                      \
+  static void store_f16(std::uint16_t* p, V v, std::size_t vl) {                         \
+    __riscv_vse16_v_u16##H(p, narrow_f16_int(v, vl), vl);                                \
+  }
+#endif
+
+RVVK_F32_TRAITS(1, m1, mf2, 32)
+RVVK_F32_TRAITS(2, m2, m1, 16)
+RVVK_F32_TRAITS(4, m4, m2, 8)
+RVVK_F32_TRAITS(8, m8, m4, 4)
+
+#undef RVVK_F32_TRAITS
+#undef RVVK_F32_F16_OPS
+
+}  // namespace rvvk::RVVK_NS::vec

@@ -1,0 +1,116 @@
+// RMSNorm and fused residual-add + RMSNorm, fp32 accumulation for every dtype.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "rvvk/detail/vec.h"
+#include "rvvk/rvvk.h"
+
+namespace rvvk::RVVK_NS {
+namespace {
+
+// LMUL 4: x, weight and the bf16/fp16 narrowing temporaries fit in 32 registers.
+using F = vec::F32<4>;
+
+template <class T>
+float sum_of_squares(const T* x, std::int64_t n) {
+  const std::size_t vlmax = F::vlmax();
+  F::V acc = F::splat(0.0f, vlmax);
+  for (std::int64_t i = 0; i < n;) {
+    const std::size_t vl = F::setvl(static_cast<std::size_t>(n - i));
+    const F::V v = F::load(x + i, vl);
+    acc = F::fmacc_tu(acc, v, v, vl);
+    i += static_cast<std::int64_t>(vl);
+  }
+  return F::reduce_sum(acc, vlmax);
+}
+
+// out = x * inv_rms * w. `out` may alias `x`.
+template <class T>
+void scale_by_weight(T* out, const T* x, const T* w, float inv_rms, std::int64_t n) {
+  for (std::int64_t i = 0; i < n;) {
+    const std::size_t vl = F::setvl(static_cast<std::size_t>(n - i));
+    const F::V v = F::mul(F::load(x + i, vl), inv_rms, vl);
+    F::store(out + i, F::mul(v, F::load(w + i, vl), vl), vl);
+    i += static_cast<std::int64_t>(vl);
+  }
+}
+
+inline float inv_rms(float sum_sq, std::int64_t n, float eps) {
+  return 1.0f / std::sqrt(sum_sq / static_cast<float>(n) + eps);
+}
+
+template <class T>
+void rmsnorm_impl(T* out, std::int64_t out_stride, const T* in, std::int64_t in_stride,
+                  const T* w, std::int64_t rows, std::int64_t cols, float eps) {
+  if (cols <= 0) return;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* x = in + r * in_stride;
+    scale_by_weight(out + r * out_stride, x, w, inv_rms(sum_of_squares(x, cols), cols, eps),
+                    cols);
+  }
+}
+
+template <class T>
+void fused_add_rmsnorm_impl(T* in, std::int64_t in_stride, T* res, std::int64_t res_stride,
+                            const T* w, std::int64_t rows, std::int64_t cols, float eps) {
+  if (cols <= 0) return;
+  const std::size_t vlmax = F::vlmax();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* x = in + r * in_stride;
+    T* y = res + r * res_stride;
+    // Pass 1: y = dtype(x + y); the norm is taken of the value stored in y
+    // (re-read after rounding), so input == rmsnorm(residual) holds exactly.
+    F::V acc = F::splat(0.0f, vlmax);
+    for (std::int64_t i = 0; i < cols;) {
+      const std::size_t vl = F::setvl(static_cast<std::size_t>(cols - i));
+      F::V s = F::add(F::load(x + i, vl), F::load(y + i, vl), vl);
+      F::store(y + i, s, vl);
+      if constexpr (!std::is_same_v<T, float>) s = F::load(y + i, vl);
+      acc = F::fmacc_tu(acc, s, s, vl);
+      i += static_cast<std::int64_t>(vl);
+    }
+    // Pass 2: x = rmsnorm(y).
+    scale_by_weight(x, y, w, inv_rms(F::reduce_sum(acc, vlmax), cols, eps), cols);
+  }
+}
+
+}  // namespace
+
+void rmsnorm(DType dtype, void* out, std::int64_t out_stride, const void* input,
+             std::int64_t input_stride, const void* weight, std::int64_t rows,
+             std::int64_t cols, float eps) {
+  switch (dtype) {
+    case DType::kF32:
+      return rmsnorm_impl(static_cast<float*>(out), out_stride, static_cast<const float*>(input),
+                          input_stride, static_cast<const float*>(weight), rows, cols, eps);
+    case DType::kBF16:
+      return rmsnorm_impl(static_cast<bf16*>(out), out_stride, static_cast<const bf16*>(input),
+                          input_stride, static_cast<const bf16*>(weight), rows, cols, eps);
+    case DType::kF16:
+      return rmsnorm_impl(static_cast<f16*>(out), out_stride, static_cast<const f16*>(input),
+                          input_stride, static_cast<const f16*>(weight), rows, cols, eps);
+  }
+}
+
+void fused_add_rmsnorm(DType dtype, void* input, std::int64_t input_stride, void* residual,
+                       std::int64_t residual_stride, const void* weight, std::int64_t rows,
+                       std::int64_t cols, float eps) {
+  switch (dtype) {
+    case DType::kF32:
+      return fused_add_rmsnorm_impl(static_cast<float*>(input), input_stride,
+                                    static_cast<float*>(residual), residual_stride,
+                                    static_cast<const float*>(weight), rows, cols, eps);
+    case DType::kBF16:
+      return fused_add_rmsnorm_impl(static_cast<bf16*>(input), input_stride,
+                                    static_cast<bf16*>(residual), residual_stride,
+                                    static_cast<const bf16*>(weight), rows, cols, eps);
+    case DType::kF16:
+      return fused_add_rmsnorm_impl(static_cast<f16*>(input), input_stride,
+                                    static_cast<f16*>(residual), residual_stride,
+                                    static_cast<const f16*>(weight), rows, cols, eps);
+  }
+}
+
+}  // namespace rvvk::RVVK_NS

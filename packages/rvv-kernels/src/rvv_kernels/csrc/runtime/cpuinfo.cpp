@@ -1,0 +1,107 @@
+// Run-time detection of the CPU's vector features. Compiled without V so that
+// it runs (and answers "no") on any riscv64 CPU.
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "rvvk/rvvk.h"
+
+#if defined(__riscv) && defined(__linux__)
+#include <sys/auxv.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace rvvk {
+namespace {
+
+#if defined(__riscv) && defined(__linux__)
+
+constexpr unsigned long kHwcapV = 1ul << ('V' - 'A');
+constexpr long kSysRiscvHwprobe = 258;
+constexpr std::int64_t kHwprobeKeyImaExt0 = 4;
+constexpr std::uint64_t kHwprobeExtZvfh = 1ull << 30;
+constexpr std::uint64_t kHwprobeExtZvfhmin = 1ull << 31;
+
+struct HwprobePair {
+  std::int64_t key;
+  std::uint64_t value;
+};
+
+unsigned read_vlen_bits() {
+  unsigned long vlenb;
+  // csrr vlenb, by CSR number, so that this file needs no V in -march.
+  asm volatile("csrr %0, 0xc22" : "=r"(vlenb));
+  return static_cast<unsigned>(vlenb * 8);
+}
+
+// The isa line of /proc/cpuinfo, e.g. "rv64imafdcv_zicbom_..._zvfh_zvfhmin".
+std::string cpuinfo_isa() {
+  std::FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (!f) return {};
+  char line[4096];
+  std::string isa;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, "isa", 3) == 0) {
+      const char* colon = std::strchr(line, ':');
+      if (colon) {
+        isa = colon + 1;
+        break;
+      }
+    }
+  }
+  std::fclose(f);
+  return isa;
+}
+
+bool isa_has(const std::string& isa, const char* ext) {
+  const std::string needle = std::string("_") + ext;
+  std::size_t pos = 0;
+  while ((pos = isa.find(needle, pos)) != std::string::npos) {
+    const std::size_t end = pos + needle.size();
+    if (end >= isa.size() || isa[end] == '_' || isa[end] == '\n' || isa[end] == ' ') return true;
+    pos = end;
+  }
+  return false;
+}
+
+CpuInfo detect() {
+  CpuInfo info;
+  info.source = "none";
+  info.has_v = (getauxval(AT_HWCAP) & kHwcapV) != 0;
+  if (info.has_v) info.vlen_bits = read_vlen_bits();
+  HwprobePair pair{kHwprobeKeyImaExt0, 0};
+  const std::string isa = cpuinfo_isa();
+  if (syscall(kSysRiscvHwprobe, &pair, 1, 0, nullptr, 0) == 0 && pair.key == kHwprobeKeyImaExt0) {
+    info.zvfh = (pair.value & kHwprobeExtZvfh) != 0;
+    info.zvfhmin = info.zvfh || (pair.value & kHwprobeExtZvfhmin) != 0;
+    info.source = "hwprobe";
+  } else if (!isa.empty()) {
+    info.zvfh = isa_has(isa, "zvfh");
+    info.zvfhmin = info.zvfh || isa_has(isa, "zvfhmin");
+    info.source = "cpuinfo";
+  }
+  info.zvfbfmin = isa_has(isa, "zvfbfmin");
+  if (!info.has_v) info.zvfh = info.zvfhmin = info.zvfbfmin = false;
+  return info;
+}
+
+#else
+
+CpuInfo detect() {
+  CpuInfo info;
+  info.source = "none";
+  return info;
+}
+
+#endif
+
+}  // namespace
+
+CpuInfo cpu_info() {
+  static const CpuInfo info = detect();
+  return info;
+}
+
+}  // namespace rvvk

@@ -1,0 +1,78 @@
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "harness.h"
+#include "rvvk/rvvk.h"
+
+namespace rvvk_test {
+
+std::vector<std::pair<std::string, TestFn>>& registry() {
+  static std::vector<std::pair<std::string, TestFn>> tests;
+  return tests;
+}
+
+std::string fmt(const char* format, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, format);
+  std::vsnprintf(buf, sizeof buf, format, ap);
+  va_end(ap);
+  return buf;
+}
+
+}  // namespace rvvk_test
+
+// Usage: rvvk_tests [substring-filter]
+int main(int argc, char** argv) {
+  using namespace rvvk_test;
+  const char* filter = argc > 1 ? argv[1] : "";
+  const rvvk::CpuInfo cpu = rvvk::cpu_info();
+  std::printf("compiled variants: %s; default: %s; cpu: v=%d vlen=%u zvfh=%d zvfhmin=%d (%s)\n",
+              rvvk::compiled_variants(), rvvk::active_variant(), cpu.has_v, cpu.vlen_bits,
+              cpu.zvfh, cpu.zvfhmin, cpu.source);
+  if (*rvvk::variant_error()) {
+    std::printf("FAIL: %s\n", rvvk::variant_error());
+    return 1;
+  }
+  int passed = 0, failed = 0;
+  std::stringstream variants(rvvk::compiled_variants());
+  std::string variant;
+  while (std::getline(variants, variant, ',')) {
+    if (!rvvk::variant_supported(variant.c_str())) {
+      std::printf("variant %s: not runnable on this CPU\n", variant.c_str());
+      continue;
+    }
+    if (!rvvk::set_variant(variant.c_str())) {
+      std::printf("FAIL: set_variant(%s) refused a runnable variant\n", variant.c_str());
+      ++failed;
+      continue;
+    }
+    for (auto& [name, fn] : registry()) {
+      if (!std::strstr(name.c_str(), filter)) continue;
+      Context ctx{variant, variant == "portable" ? 256u : cpu.vlen_bits};
+      fn(ctx);
+      if (ctx.failures == 0) {
+        ++passed;
+      } else {
+        ++failed;
+        std::printf("FAIL [%s] %s (%d failed checks)\n", variant.c_str(), name.c_str(),
+                    ctx.failures);
+      }
+    }
+  }
+#if defined(__riscv)
+  if (cpu.has_v) {
+    std::printf("RVV vlen=%u zvfh=%s: %d passed, %d failed\n", cpu.vlen_bits,
+                cpu.zvfh ? "on" : "off", passed, failed);
+  } else {
+    std::printf("riscv64 no-V: %d passed, %d failed\n", passed, failed);
+  }
+#else
+  std::printf("native: %d passed, %d failed\n", passed, failed);
+#endif
+  return failed == 0 && passed > 0 ? 0 : 1;
+}

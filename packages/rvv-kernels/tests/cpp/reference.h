@@ -1,0 +1,130 @@
+// Independent scalar references for the kernel tests. They compute in double
+// and do not share code with the kernels (in particular not rvvk/detail/).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "rvvk/rvvk.h"
+
+namespace ref {
+
+inline double decode_bf16(std::uint16_t h) {
+  const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline double decode_f16(std::uint16_t h) {
+  const int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  double v;
+  if (exp == 0x1f) {
+    v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  } else if (exp == 0) {
+    v = std::ldexp(mant, -24);
+  } else {
+    v = std::ldexp(1024 + mant, exp - 25);
+  }
+  return sign ? -v : v;
+}
+
+// Magnitude-ordered codes 0..inf_code; round |x| to the nearest, ties to even,
+// treating the infinity code as the next value after the largest finite one.
+template <class Decode>
+std::uint16_t encode_rne(double x, Decode decode, std::uint16_t inf_code, std::uint16_t nan_code,
+                         double after_max) {
+  if (std::isnan(x)) return nan_code;
+  const std::uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  const double a = std::fabs(x);
+  auto value = [&](std::uint32_t c) { return c == inf_code ? after_max : decode(c); };
+  if (a >= after_max) return sign | inf_code;
+  std::uint32_t lo = 0, hi = inf_code;  // value(lo) <= a < value(hi)
+  while (hi - lo > 1) {
+    const std::uint32_t mid = (lo + hi) / 2;
+    if (value(mid) <= a) lo = mid; else hi = mid;
+  }
+  const double dlo = a - value(lo), dhi = value(hi) - a;
+  std::uint32_t c = dlo < dhi ? lo : dhi < dlo ? hi : (lo % 2 == 0 ? lo : hi);
+  return static_cast<std::uint16_t>(sign | c);
+}
+
+inline std::uint16_t encode_bf16(double x) {
+  return encode_rne(x, decode_bf16, 0x7f80, 0x7fc0, std::ldexp(1.0, 128));
+}
+inline std::uint16_t encode_f16(double x) {
+  return encode_rne(x, decode_f16, 0x7c00, 0x7e00, 65536.0);
+}
+
+// Storage of a tensor of `dtype` in a byte vector, read/written as double.
+struct Buffer {
+  rvvk::DType dtype;
+  std::vector<unsigned char> bytes;
+  Buffer(rvvk::DType dt, std::size_t n) : dtype(dt), bytes(n * elem_size(dt)) {}
+  static std::size_t elem_size(rvvk::DType dt) { return dt == rvvk::DType::kF32 ? 4 : 2; }
+  std::size_t size() const { return bytes.size() / elem_size(dtype); }
+  void* data() { return bytes.data(); }
+  double get(std::size_t i) const {
+    if (dtype == rvvk::DType::kF32) {
+      float f;
+      std::memcpy(&f, &bytes[i * 4], 4);
+      return f;
+    }
+    std::uint16_t h;
+    std::memcpy(&h, &bytes[i * 2], 2);
+    return dtype == rvvk::DType::kBF16 ? decode_bf16(h) : decode_f16(h);
+  }
+  std::uint32_t raw(std::size_t i) const {
+    std::uint32_t u = 0;
+    std::memcpy(&u, &bytes[i * elem_size(dtype)], elem_size(dtype));
+    return u;
+  }
+  // Stores x rounded to the dtype.
+  void set(std::size_t i, double x) {
+    if (dtype == rvvk::DType::kF32) {
+      const float f = static_cast<float>(x);
+      std::memcpy(&bytes[i * 4], &f, 4);
+      return;
+    }
+    const std::uint16_t h = dtype == rvvk::DType::kBF16 ? encode_bf16(x) : encode_f16(x);
+    std::memcpy(&bytes[i * 2], &h, 2);
+  }
+};
+
+// Rounds x to the dtype and back.
+inline double round_to(rvvk::DType dt, double x) {
+  Buffer b(dt, 1);
+  b.set(0, x);
+  return b.get(0);
+}
+
+// Spacing of representable values of dtype around x.
+inline double ulp(rvvk::DType dt, double x) {
+  const int mant_bits = dt == rvvk::DType::kF32 ? 23 : dt == rvvk::DType::kBF16 ? 7 : 10;
+  const int min_exp = dt == rvvk::DType::kF16 ? -14 : -126;
+  int e;
+  std::frexp(x, &e);
+  return std::ldexp(1.0, std::max(e - 1, min_exp) - mant_bits);
+}
+
+inline const char* name(rvvk::DType dt) {
+  return dt == rvvk::DType::kF32 ? "f32" : dt == rvvk::DType::kBF16 ? "bf16" : "f16";
+}
+
+// Small deterministic generator (xorshift64*).
+struct Rng {
+  std::uint64_t s;
+  explicit Rng(std::uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  std::uint64_t next() {
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 0x2545F4914F6CDD1Dull;
+  }
+  double uniform(double lo, double hi) { return lo + (hi - lo) * (next() >> 11) * 0x1p-53; }
+};
+
+}  // namespace ref

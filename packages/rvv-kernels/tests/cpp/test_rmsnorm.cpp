@@ -1,0 +1,172 @@
+// rmsnorm and fused_add_rmsnorm against a double-precision reference, over sizes
+// that hit every tail around multiples of the vector length, strided rows, and
+// every dtype.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "harness.h"
+#include "reference.h"
+
+using rvvk::DType;
+
+namespace {
+
+constexpr DType kTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
+
+// Row lengths: small ones, tails around 1..4 x the LMUL-4 vector length of
+// this VLEN (and of the other VLENs), and model-sized rows.
+std::vector<std::int64_t> row_lengths(unsigned vlen_bits) {
+  std::set<std::int64_t> s = {1, 2, 3, 5, 7, 16, 31, 100, 1536, 4095, 8192};
+  for (unsigned v : {128u, 256u, 512u, 1024u, vlen_bits}) {
+    const std::int64_t vl = v / 32 * 4;
+    for (std::int64_t k = 1; k <= 4; ++k)
+      for (std::int64_t d = -1; d <= 1; ++d) s.insert(k * vl + d);
+  }
+  return {s.begin(), s.end()};
+}
+
+// Output tolerance: the kernel accumulates in fp32 in another order than the
+// reference, then rounds to the dtype; allow one unit in the last place of the
+// dtype plus fp32 accumulation error.
+bool close(DType dt, double got, double want) {
+  const double tol = (dt == DType::kF32 ? 4 : 1) * ref::ulp(dt, want) + 1e-6 * std::fabs(want);
+  return std::fabs(got - want) <= tol;
+}
+
+struct Case {
+  std::int64_t rows, cols, stride;
+};
+
+std::vector<Case> cases(unsigned vlen_bits) {
+  std::vector<Case> out;
+  for (std::int64_t c : row_lengths(vlen_bits)) out.push_back({1, c, c});
+  for (std::int64_t c : {1, 17, 129, 1000}) out.push_back({5, c, c + 3});  // strided rows
+  out.push_back({3, 64, 64});
+  out.push_back({0, 64, 64});  // no rows
+  return out;
+}
+
+void fill(ref::Buffer& b, ref::Rng& rng, double lo, double hi) {
+  for (std::size_t i = 0; i < b.size(); ++i) b.set(i, rng.uniform(lo, hi));
+}
+
+constexpr double kSentinel = -77.0;
+
+}  // namespace
+
+RVVK_TEST(rmsnorm_matches_reference) {
+  ref::Rng rng(1);
+  for (DType dt : kTypes) {
+    for (const Case& c : cases(ctx.vlen_bits)) {
+      const std::size_t total = static_cast<std::size_t>(std::max<std::int64_t>(c.rows, 1) * c.stride);
+      ref::Buffer in(dt, total), out(dt, total), w(dt, static_cast<std::size_t>(c.cols));
+      fill(in, rng, -3.0, 3.0);
+      fill(w, rng, 0.5, 1.5);
+      for (std::size_t i = 0; i < total; ++i) out.set(i, kSentinel);
+      const float eps = c.cols % 2 ? 1e-6f : 0.25f;  // a large eps must show in the result
+      rvvk::rmsnorm(dt, out.data(), c.stride, in.data(), c.stride, w.data(), c.rows, c.cols, eps);
+      for (std::int64_t r = 0; r < c.rows; ++r) {
+        double ss = 0;
+        for (std::int64_t j = 0; j < c.cols; ++j) ss += in.get(r * c.stride + j) * in.get(r * c.stride + j);
+        const double inv = 1.0 / std::sqrt(ss / c.cols + eps);
+        for (std::int64_t j = 0; j < c.stride; ++j) {
+          const std::size_t i = static_cast<std::size_t>(r * c.stride + j);
+          if (j >= c.cols) {
+            CHECK_MSG(out.get(i) == kSentinel, "%s rows=%lld cols=%lld: wrote the gap at %zu",
+                      ref::name(dt), (long long)c.rows, (long long)c.cols, i);
+            continue;
+          }
+          const double want = ref::round_to(dt, in.get(i) * inv * w.get(static_cast<std::size_t>(j)));
+          CHECK_MSG(close(dt, out.get(i), want), "%s rows=%lld cols=%lld [%lld,%lld]: got %.9g want %.9g",
+                    ref::name(dt), (long long)c.rows, (long long)c.cols, (long long)r, (long long)j,
+                    out.get(i), want);
+        }
+      }
+    }
+  }
+}
+
+RVVK_TEST(rmsnorm_in_place_and_large_values) {
+  // out == in is allowed; values near the fp16 range must not overflow the
+  // fp32 accumulator's result.
+  for (DType dt : kTypes) {
+    const std::int64_t cols = 300;
+    ref::Buffer x(dt, cols), w(dt, cols), orig(dt, cols);
+    for (std::int64_t j = 0; j < cols; ++j) {
+      x.set(j, (j % 2 ? -1 : 1) * (1000.0 + j));
+      w.set(j, 1.0);
+    }
+    orig = x;
+    rvvk::rmsnorm(dt, x.data(), cols, x.data(), cols, w.data(), 1, cols, 1e-5f);
+    double ss = 0;
+    for (std::int64_t j = 0; j < cols; ++j) ss += orig.get(j) * orig.get(j);
+    const double inv = 1.0 / std::sqrt(ss / cols + 1e-5);
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const double want = ref::round_to(dt, orig.get(j) * inv);
+      CHECK_MSG(close(dt, x.get(j), want), "%s [%lld]: got %.9g want %.9g", ref::name(dt),
+                (long long)j, x.get(j), want);
+    }
+  }
+}
+
+RVVK_TEST(fused_add_rmsnorm_matches_reference) {
+  ref::Rng rng(2);
+  for (DType dt : kTypes) {
+    for (const Case& c : cases(ctx.vlen_bits)) {
+      const std::size_t total = static_cast<std::size_t>(std::max<std::int64_t>(c.rows, 1) * c.stride);
+      ref::Buffer x(dt, total), res(dt, total), w(dt, static_cast<std::size_t>(c.cols));
+      fill(x, rng, -2.0, 2.0);
+      fill(res, rng, -2.0, 2.0);
+      fill(w, rng, 0.5, 1.5);
+      for (std::int64_t r = 0; r < c.rows; ++r)
+        for (std::int64_t j = c.cols; j < c.stride; ++j) {
+          x.set(static_cast<std::size_t>(r * c.stride + j), kSentinel);
+          res.set(static_cast<std::size_t>(r * c.stride + j), kSentinel);
+        }
+      const ref::Buffer x0 = x, res0 = res;
+      const float eps = 1e-5f;
+      rvvk::fused_add_rmsnorm(dt, x.data(), c.stride, res.data(), c.stride, w.data(), c.rows,
+                              c.cols, eps);
+      for (std::int64_t r = 0; r < c.rows; ++r) {
+        double ss = 0;
+        std::vector<double> sum(static_cast<std::size_t>(c.cols));
+        for (std::int64_t j = 0; j < c.cols; ++j) {
+          const std::size_t i = static_cast<std::size_t>(r * c.stride + j);
+          // fp32 addition of the two inputs, then rounding to the dtype.
+          const float s = static_cast<float>(x0.get(i)) + static_cast<float>(res0.get(i));
+          sum[static_cast<std::size_t>(j)] = ref::round_to(dt, s);
+          ss += sum[static_cast<std::size_t>(j)] * sum[static_cast<std::size_t>(j)];
+        }
+        const double inv = 1.0 / std::sqrt(ss / c.cols + eps);
+        for (std::int64_t j = 0; j < c.stride; ++j) {
+          const std::size_t i = static_cast<std::size_t>(r * c.stride + j);
+          if (j >= c.cols) {
+            CHECK_MSG(x.get(i) == kSentinel && res.get(i) == kSentinel,
+                      "%s cols=%lld: wrote the gap at %zu", ref::name(dt), (long long)c.cols, i);
+            continue;
+          }
+          const double s = sum[static_cast<std::size_t>(j)];
+          CHECK_MSG(res.get(i) == s, "%s rows=%lld cols=%lld [%lld,%lld]: residual %.9g want %.9g",
+                    ref::name(dt), (long long)c.rows, (long long)c.cols, (long long)r,
+                    (long long)j, res.get(i), s);
+          const double want = ref::round_to(dt, s * inv * w.get(static_cast<std::size_t>(j)));
+          CHECK_MSG(close(dt, x.get(i), want), "%s rows=%lld cols=%lld [%lld,%lld]: got %.9g want %.9g",
+                    ref::name(dt), (long long)c.rows, (long long)c.cols, (long long)r,
+                    (long long)j, x.get(i), want);
+        }
+      }
+    }
+  }
+}
+
+RVVK_TEST(variant_api) {
+  CHECK_MSG(!rvvk::set_variant("no-such-variant"), "set_variant accepted an unknown name");
+  CHECK_MSG(std::string(rvvk::active_variant()) == ctx.variant, "active variant %s, want %s",
+            rvvk::active_variant(), ctx.variant.c_str());
+  CHECK_MSG(rvvk::variant_supported("portable"), "portable must always be supported");
+  const rvvk::CpuInfo cpu = rvvk::cpu_info();
+  CHECK_MSG(cpu.has_v == (cpu.vlen_bits > 0), "has_v=%d but vlen=%u", cpu.has_v, cpu.vlen_bits);
+}
