@@ -1,0 +1,76 @@
+"""Builds rvv-kernels' C++ test driver natively and for riscv64, and runs it.
+
+The riscv64 build holds every variant (portable, rvv, rvv_zvfh); each QEMU run
+tests all variants the emulated CPU can run and prints one summary line such as
+``RVV vlen=256 zvfh=off: 14 passed, 0 failed``.
+
+Usage: python tools/kernels_tests.py [--native-only] [--build-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import rvvtools  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = ROOT / "packages" / "rvv-kernels"
+
+# (VLEN, Zvfh) pairs run under QEMU 10; the Zvfh run exercises the rvv_zvfh variant.
+QEMU_RUNS: list[tuple[int, bool]] = [(128, False), (256, False), (512, False), (1024, False),
+                                     (256, True)]
+
+
+def build(build_dir: Path, toolchain: Path | None) -> Path:
+    """Configures and builds the test driver; returns its path."""
+    cmd = ["cmake", "-S", str(KERNELS), "-B", str(build_dir), "-G", "Ninja",
+           "-DCMAKE_BUILD_TYPE=Release"]
+    if toolchain is not None:
+        cmd.append(f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
+    subprocess.run(cmd, check=True)
+    subprocess.run(["cmake", "--build", str(build_dir)], check=True)
+    return build_dir / "rvvk_tests"
+
+
+def run(label: str, cmd: list[str]) -> bool:
+    """Runs one test binary invocation, echoing its output; True when it passed."""
+    print(f"--- {label}: {' '.join(cmd)}", flush=True)
+    start = time.monotonic()
+    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(result.stdout, end="")
+    print(f"--- {label}: exit {result.returncode} in {time.monotonic() - start:.1f} s", flush=True)
+    return result.returncode == 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--native-only", action="store_true", help="skip the riscv64 build")
+    parser.add_argument("--build-dir", type=Path, default=ROOT / "build" / "kernels",
+                        help="where to build (default: build/kernels)")
+    args = parser.parse_args(argv)
+
+    results: list[tuple[str, bool]] = []
+    native = build(args.build_dir / "native", None)
+    results.append(("native", run("native", [str(native)])))
+
+    if not args.native_only:
+        rvvtools.provision(["toolchain", "qemu10"])
+        cross = build(args.build_dir / "riscv64", rvvtools.toolchain_file())
+        for vlen, zvfh in QEMU_RUNS:
+            label = f"qemu10 vlen={vlen} zvfh={'on' if zvfh else 'off'}"
+            results.append((label, run(label, [*rvvtools.qemu_cmd(vlen, zvfh), str(cross)])))
+
+    failed = [label for label, ok in results if not ok]
+    print(f"kernels-tests: {len(results) - len(failed)} runs passed, {len(failed)} failed"
+          + (f" ({', '.join(failed)})" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
