@@ -13,6 +13,52 @@ namespace rvvk {
 // Element type of floating-point tensors handed to the kernels.
 enum class DType : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
 
+// Decode attention over an indexed KV cache (SGLang's data model): one query
+// token per request attends to the cached keys of its request. Split-KV
+// ("flash-decoding"): decode_attention_partial computes, per (request, KV head,
+// split), the softmax-weighted V of its share of the keys for every query head
+// of the group into `partial`; decode_attention_merge combines the splits.
+// Strides are in elements. Results do not depend on how tasks are spread over
+// threads.
+struct DecodeAttentionArgs {
+  std::int64_t batch = 0, num_heads = 0, num_kv_heads = 0;
+  std::int64_t head_dim = 0, head_dim_v = 0;
+  std::int64_t num_splits = 1;
+  // q [batch, num_heads, head_dim]
+  DType q_dtype = DType::kF32;
+  const void* q = nullptr;
+  std::int64_t q_stride_b = 0, q_stride_h = 0;
+  // k_cache [tokens, num_kv_heads, head_dim], v_cache [tokens, num_kv_heads, head_dim_v]
+  DType kv_dtype = DType::kF32;
+  const void* k_cache = nullptr;
+  std::int64_t k_stride_t = 0, k_stride_h = 0;
+  const void* v_cache = nullptr;
+  std::int64_t v_stride_t = 0, v_stride_h = 0;
+  // req_to_token [rows, max_context] (int32 or int64): cache row of each position
+  const void* req_to_token = nullptr;
+  bool req_to_token_int64 = false;
+  std::int64_t req_to_token_stride = 0;
+  const std::int64_t* req_pool_indices = nullptr;  // [batch]
+  const std::int64_t* seq_lens = nullptr;          // [batch]
+  // out [batch, num_heads, head_dim_v]
+  DType o_dtype = DType::kF32;
+  void* o = nullptr;
+  std::int64_t o_stride_b = 0, o_stride_h = 0;
+  // scratch [batch, num_heads, num_splits, head_dim_v + 1]: normalised partial
+  // output, then log-sum-exp of the split's scores (-inf when it had no key)
+  float* partial = nullptr;
+  float sm_scale = 1.0f;
+  float logit_cap = 0.0f;       // > 0: scores become cap * tanh(score / cap)
+  std::int64_t window = 0;      // > 0: attend only to the last `window` keys
+  const float* sinks = nullptr; // [num_heads] or null: logit added to each softmax denominator
+};
+inline std::int64_t decode_attention_partial_tasks(const DecodeAttentionArgs& a) {
+  return a.batch * a.num_kv_heads * a.num_splits;
+}
+inline std::int64_t decode_attention_merge_tasks(const DecodeAttentionArgs& a) {
+  return a.batch * a.num_heads;
+}
+
 #define RVVK_KERNEL(name, params, args) void name params;
 #include "rvvk/kernels.def"
 #undef RVVK_KERNEL

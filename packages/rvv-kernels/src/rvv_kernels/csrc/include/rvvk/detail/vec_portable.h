@@ -7,6 +7,7 @@
 // -march=rv64gc this is also the scalar baseline the RVV build is compared with.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -62,6 +63,36 @@ struct F32 {
     float s = 0.0f;
     for (std::size_t i = 0; i < vl; ++i) s += v.x[i];
     return s;
+  }
+  static V add(V a, float s, std::size_t) {
+    for (std::size_t i = 0; i < N; ++i) a.x[i] += s;
+    return a;
+  }
+  static V max(V a, V b, std::size_t) {
+    for (std::size_t i = 0; i < N; ++i) a.x[i] = a.x[i] < b.x[i] ? b.x[i] : a.x[i];
+    return a;
+  }
+  static V div(V a, V b, std::size_t) {
+    for (std::size_t i = 0; i < N; ++i) a.x[i] /= b.x[i];
+    return a;
+  }
+  static V fmacc(V acc, float s, V b, std::size_t) {
+    for (std::size_t i = 0; i < N; ++i) acc.x[i] += s * b.x[i];
+    return acc;
+  }
+  static float reduce_max(V v, std::size_t vl) {
+    float m = -__builtin_inff();
+    for (std::size_t i = 0; i < vl; ++i) m = v.x[i] > m ? v.x[i] : m;
+    return m;
+  }
+  // Same contract as the RVV layer: x < -87.33 gives exactly 0.
+  static V exp(V x, std::size_t vl) {
+    for (std::size_t i = 0; i < vl; ++i) x.x[i] = x.x[i] < -87.33654f ? 0.0f : std::exp(x.x[i]);
+    return x;
+  }
+  static V tanh(V x, std::size_t vl) {
+    for (std::size_t i = 0; i < vl; ++i) x.x[i] = std::tanh(x.x[i]);
+    return x;
   }
   template <class T>
   static V load(const T* p, std::size_t vl) {

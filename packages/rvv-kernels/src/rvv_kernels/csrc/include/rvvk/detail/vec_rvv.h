@@ -49,6 +49,49 @@ struct F32;
       const vfloat32m1_t zero = __riscv_vfmv_v_f_f32m1(0.0f, 1);                             \
       return __riscv_vfmv_f_s_f32m1_f32(__riscv_vfredusum_vs_f32##M##_f32m1(v, zero, vl));   \
     }                                                                                        \
+    static V add(V a, float s, std::size_t vl) { return __riscv_vfadd_vf_f32##M(a, s, vl); } \
+    static V max(V a, V b, std::size_t vl) { return __riscv_vfmax_vv_f32##M(a, b, vl); }     \
+    static V div(V a, V b, std::size_t vl) { return __riscv_vfdiv_vv_f32##M(a, b, vl); }     \
+    /* acc + s * b */                                                                        \
+    static V fmacc(V acc, float s, V b, std::size_t vl) {                                    \
+      return __riscv_vfmacc_vf_f32##M(acc, s, b, vl);                                        \
+    }                                                                                        \
+    static float reduce_max(V v, std::size_t vl) {                                           \
+      const vfloat32m1_t init = __riscv_vfmv_v_f_f32m1(-__builtin_inff(), 1);                \
+      return __riscv_vfmv_f_s_f32m1_f32(__riscv_vfredmax_vs_f32##M##_f32m1(v, init, vl));    \
+    }                                                                                        \
+    /* exp(x): range reduction to [-ln2/2, ln2/2], degree-6 polynomial, exponent by       */ \
+    /* integer add. Relative error < 2e-7; x < -87.33 gives exactly 0 (masked positions). */ \
+    static V exp(V x, std::size_t vl) {                                                      \
+      using I = vint32##M##_t;                                                               \
+      Mask tiny = __riscv_vmflt_vf_f32##M##_b##B(x, -87.33654f, vl);                         \
+      x = __riscv_vfmax_vf_f32##M(__riscv_vfmin_vf_f32##M(x, 88.3762626647949f, vl),        \
+                                  -87.33654f, vl);                                           \
+      I n = __riscv_vfcvt_x_f_v_i32##M(__riscv_vfmul_vf_f32##M(x, 1.44269504088896341f, vl), vl); \
+      V nf = __riscv_vfcvt_f_x_v_f32##M(n, vl);                                              \
+      V r = __riscv_vfnmsac_vf_f32##M(x, 0.693359375f, nf, vl);                              \
+      r = __riscv_vfnmsac_vf_f32##M(r, -2.12194440e-4f, nf, vl);                             \
+      V p = __riscv_vfmv_v_f_f32##M(1.3981999507e-3f, vl);                                   \
+      p = __riscv_vfmacc_vf_f32##M(p, 1.9875691500e-4f, r, vl);                              \
+      p = __riscv_vfmadd_vv_f32##M(p, r, __riscv_vfmv_v_f_f32##M(8.3334519073e-3f, vl), vl); \
+      p = __riscv_vfmadd_vv_f32##M(p, r, __riscv_vfmv_v_f_f32##M(4.1665795894e-2f, vl), vl); \
+      p = __riscv_vfmadd_vv_f32##M(p, r, __riscv_vfmv_v_f_f32##M(1.6666665459e-1f, vl), vl); \
+      p = __riscv_vfmadd_vv_f32##M(p, r, __riscv_vfmv_v_f_f32##M(5.0000001201e-1f, vl), vl); \
+      V y = __riscv_vfmadd_vv_f32##M(p, __riscv_vfmul_vv_f32##M(r, r, vl), r, vl);           \
+      y = __riscv_vfadd_vf_f32##M(y, 1.0f, vl);                                              \
+      I bits = __riscv_vadd_vv_i32##M(__riscv_vreinterpret_v_f32##M##_i32##M(y),             \
+                                      __riscv_vsll_vx_i32##M(n, 23, vl), vl);                \
+      return __riscv_vfmerge_vfm_f32##M(__riscv_vreinterpret_v_i32##M##_f32##M(bits), 0.0f,  \
+                                        tiny, vl);                                           \
+    }                                                                                        \
+    /* tanh(x) = 1 - 2 / (exp(2x) + 1), saturating to +-1. */                                \
+    static V tanh(V x, std::size_t vl) {                                                     \
+      V e = exp(__riscv_vfmul_vf_f32##M(x, 2.0f, vl), vl);                                   \
+      V t = __riscv_vfrdiv_vf_f32##M(__riscv_vfadd_vf_f32##M(e, 1.0f, vl), 2.0f, vl);        \
+      t = __riscv_vfrsub_vf_f32##M(t, 1.0f, vl);                                             \
+      Mask big = __riscv_vmfgt_vf_f32##M##_b##B(x, 40.0f, vl);                               \
+      return __riscv_vfmerge_vfm_f32##M(t, 1.0f, big, vl);                                   \
+    }                                                                                        \
     /* bf16: widen by shifting into the high half; narrow with RNE. */                       \
     static V widen_bf16(H16 h, std::size_t vl) {                                             \
       U u = __riscv_vsll_vx_u32##M(__riscv_vzext_vf2_u32##M(h, vl), 16, vl);                 \

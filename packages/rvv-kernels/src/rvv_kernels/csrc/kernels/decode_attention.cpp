@@ -1,0 +1,311 @@
+// Split-KV decode attention over an indexed KV cache (see DecodeAttentionArgs).
+//
+// Stage 1, per (request, KV head, split): the query heads of the KV head's
+// group are handled together so each K and V row is loaded once per group of
+// up to kMaxGroup heads. Keys are taken in blocks of kBlock: scores for the
+// block (q . k, one vector reduction per key and head), optional tanh logit
+// cap, online softmax (vector exp), then P.V accumulated in fp32.
+// Stage 2 merges the splits with their log-sum-exp and the optional sink.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "rvvk/detail/vec.h"
+#include "rvvk/rvvk.h"
+
+namespace rvvk::RVVK_NS {
+namespace {
+
+using F = vec::F32<4>;
+constexpr std::int64_t kBlock = 64;  // keys per block
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct Scratch {
+  std::vector<float> q, acc, scores, m, l;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+template <class T>
+const T* at(const void* base, std::int64_t offset) {
+  return static_cast<const T*>(base) + offset;
+}
+
+std::int64_t cache_row(const DecodeAttentionArgs& a, std::int64_t req, std::int64_t pos) {
+  const std::int64_t i = req * a.req_to_token_stride + pos;
+  return a.req_to_token_int64 ? static_cast<const std::int64_t*>(a.req_to_token)[i]
+                              : static_cast<const std::int32_t*>(a.req_to_token)[i];
+}
+
+// scores[g * kBlock + j] = qf[g] . k_j for heads g0 <= g < g0 + NG.
+template <int NG, class TK>
+void qk_heads(const float* qf, std::int64_t dim, const TK* const* krows, std::int64_t nb,
+              float* scores, std::int64_t g0) {
+  const std::size_t vlmax = F::vlmax();
+  const float* q0 = qf + g0 * dim;
+  for (std::int64_t j = 0; j < nb; ++j) {
+    const TK* k = krows[j];
+    F::V a0 = F::splat(0.0f, vlmax), a1 = a0, a2 = a0, a3 = a0;
+    for (std::int64_t i = 0; i < dim;) {
+      const std::size_t vl = F::setvl(static_cast<std::size_t>(dim - i));
+      const F::V kv = F::load(k + i, vl);
+      a0 = F::fmacc_tu(a0, kv, F::load(q0 + i, vl), vl);
+      if constexpr (NG > 1) a1 = F::fmacc_tu(a1, kv, F::load(q0 + dim + i, vl), vl);
+      if constexpr (NG > 2) a2 = F::fmacc_tu(a2, kv, F::load(q0 + 2 * dim + i, vl), vl);
+      if constexpr (NG > 3) a3 = F::fmacc_tu(a3, kv, F::load(q0 + 3 * dim + i, vl), vl);
+      i += static_cast<std::int64_t>(vl);
+    }
+    float* s = scores + g0 * kBlock + j;
+    s[0] = F::reduce_sum(a0, vlmax);
+    if constexpr (NG > 1) s[kBlock] = F::reduce_sum(a1, vlmax);
+    if constexpr (NG > 2) s[2 * kBlock] = F::reduce_sum(a2, vlmax);
+    if constexpr (NG > 3) s[3 * kBlock] = F::reduce_sum(a3, vlmax);
+  }
+}
+
+// acc[g] += sum_j p[g, j] * v_j for heads g0 <= g < g0 + NG.
+template <int NG, class TV>
+void pv_heads(float* acc, std::int64_t dim_v, const TV* const* vrows, std::int64_t nb,
+              const float* p, std::int64_t g0) {
+  float* c0 = acc + g0 * dim_v;
+  const float* p0 = p + g0 * kBlock;
+  for (std::int64_t i = 0; i < dim_v;) {
+    const std::size_t vl = F::setvl(static_cast<std::size_t>(dim_v - i));
+    F::V a0 = F::load(c0 + i, vl), a1 = a0, a2 = a0, a3 = a0;
+    if constexpr (NG > 1) a1 = F::load(c0 + dim_v + i, vl);
+    if constexpr (NG > 2) a2 = F::load(c0 + 2 * dim_v + i, vl);
+    if constexpr (NG > 3) a3 = F::load(c0 + 3 * dim_v + i, vl);
+    for (std::int64_t j = 0; j < nb; ++j) {
+      const F::V vv = F::load(vrows[j] + i, vl);
+      a0 = F::fmacc(a0, p0[j], vv, vl);
+      if constexpr (NG > 1) a1 = F::fmacc(a1, p0[kBlock + j], vv, vl);
+      if constexpr (NG > 2) a2 = F::fmacc(a2, p0[2 * kBlock + j], vv, vl);
+      if constexpr (NG > 3) a3 = F::fmacc(a3, p0[3 * kBlock + j], vv, vl);
+    }
+    F::store(c0 + i, a0, vl);
+    if constexpr (NG > 1) F::store(c0 + dim_v + i, a1, vl);
+    if constexpr (NG > 2) F::store(c0 + 2 * dim_v + i, a2, vl);
+    if constexpr (NG > 3) F::store(c0 + 3 * dim_v + i, a3, vl);
+    i += static_cast<std::int64_t>(vl);
+  }
+}
+
+template <class Fn>
+void for_head_groups(std::int64_t heads, Fn&& fn) {
+  std::int64_t g = 0;
+  for (; g + 4 <= heads; g += 4) fn(std::integral_constant<int, 4>{}, g);
+  switch (heads - g) {
+    case 3:
+      fn(std::integral_constant<int, 3>{}, g);
+      break;
+    case 2:
+      fn(std::integral_constant<int, 2>{}, g);
+      break;
+    case 1:
+      fn(std::integral_constant<int, 1>{}, g);
+      break;
+    default:
+      break;
+  }
+}
+
+void scale_row(float* x, std::int64_t n, float s) {
+  for (std::int64_t i = 0; i < n;) {
+    const std::size_t vl = F::setvl(static_cast<std::size_t>(n - i));
+    F::store(x + i, F::mul(F::load(x + i, vl), s, vl), vl);
+    i += static_cast<std::int64_t>(vl);
+  }
+}
+
+// Online-softmax update of one head with the block's raw scores s[0, nb):
+// s becomes the unnormalised probabilities; returns the factor by which the
+// head's earlier accumulator must be scaled.
+float softmax_block(float* s, std::int64_t nb, float cap, float& m, float& l) {
+  if (cap > 0.0f) {
+    for (std::int64_t j = 0; j < nb;) {
+      const std::size_t vl = F::setvl(static_cast<std::size_t>(nb - j));
+      F::store(s + j, F::mul(F::tanh(F::mul(F::load(s + j, vl), 1.0f / cap, vl), vl), cap, vl), vl);
+      j += static_cast<std::int64_t>(vl);
+    }
+  }
+  float mb = kNegInf;
+  for (std::int64_t j = 0; j < nb;) {
+    const std::size_t vl = F::setvl(static_cast<std::size_t>(nb - j));
+    mb = std::max(mb, F::reduce_max(F::load(s + j, vl), vl));
+    j += static_cast<std::int64_t>(vl);
+  }
+  const float m_new = std::max(m, mb);
+  float sum = 0.0f;
+  for (std::int64_t j = 0; j < nb;) {
+    const std::size_t vl = F::setvl(static_cast<std::size_t>(nb - j));
+    const F::V e = F::exp(F::add(F::load(s + j, vl), -m_new, vl), vl);
+    F::store(s + j, e, vl);
+    sum += F::reduce_sum(e, vl);
+    j += static_cast<std::int64_t>(vl);
+  }
+  const float alpha = m == kNegInf ? 0.0f : std::exp(m - m_new);
+  l = l * alpha + sum;
+  m = m_new;
+  return alpha;
+}
+
+template <class TQ, class TKV>
+void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
+  const std::int64_t splits = a.num_splits, hkv = a.num_kv_heads;
+  const std::int64_t b = task / (hkv * splits);
+  const std::int64_t kvh = (task / splits) % hkv;
+  const std::int64_t split = task % splits;
+  const std::int64_t group = a.num_heads / hkv;
+  const std::int64_t dim = a.head_dim, dim_v = a.head_dim_v;
+
+  const std::int64_t len = a.seq_lens[b];
+  const std::int64_t start = a.window > 0 ? std::max<std::int64_t>(0, len - a.window) : 0;
+  const std::int64_t per_split = (len - start + splits - 1) / splits;
+  const std::int64_t lo = std::min(len, start + split * per_split);
+  const std::int64_t hi = std::min(len, lo + per_split);
+
+  Scratch& sc = scratch();
+  sc.q.resize(static_cast<std::size_t>(group * dim));
+  sc.acc.assign(static_cast<std::size_t>(group * dim_v), 0.0f);
+  sc.scores.resize(static_cast<std::size_t>(group * kBlock));
+  sc.m.assign(static_cast<std::size_t>(group), kNegInf);
+  sc.l.assign(static_cast<std::size_t>(group), 0.0f);
+
+  for (std::int64_t g = 0; g < group; ++g) {
+    const TQ* src = at<TQ>(a.q, b * a.q_stride_b + (kvh * group + g) * a.q_stride_h);
+    float* dst = sc.q.data() + g * dim;
+    for (std::int64_t i = 0; i < dim;) {
+      const std::size_t vl = F::setvl(static_cast<std::size_t>(dim - i));
+      F::store(dst + i, F::mul(F::load(src + i, vl), a.sm_scale, vl), vl);
+      i += static_cast<std::int64_t>(vl);
+    }
+  }
+
+  const std::int64_t req = a.req_pool_indices[b];
+  const TKV* krows[kBlock];
+  const TKV* vrows[kBlock];
+  for (std::int64_t t0 = lo; t0 < hi; t0 += kBlock) {
+    const std::int64_t nb = std::min(kBlock, hi - t0);
+    for (std::int64_t j = 0; j < nb; ++j) {
+      const std::int64_t row = cache_row(a, req, t0 + j);
+      krows[j] = at<TKV>(a.k_cache, row * a.k_stride_t + kvh * a.k_stride_h);
+      vrows[j] = at<TKV>(a.v_cache, row * a.v_stride_t + kvh * a.v_stride_h);
+    }
+    for_head_groups(group, [&](auto ng, std::int64_t g0) {
+      qk_heads<decltype(ng)::value>(sc.q.data(), dim, krows, nb, sc.scores.data(), g0);
+    });
+    for (std::int64_t g = 0; g < group; ++g) {
+      const float alpha = softmax_block(sc.scores.data() + g * kBlock, nb, a.logit_cap,
+                                        sc.m[static_cast<std::size_t>(g)],
+                                        sc.l[static_cast<std::size_t>(g)]);
+      if (alpha != 1.0f) scale_row(sc.acc.data() + g * dim_v, dim_v, alpha);
+    }
+    for_head_groups(group, [&](auto ng, std::int64_t g0) {
+      pv_heads<decltype(ng)::value>(sc.acc.data(), dim_v, vrows, nb, sc.scores.data(), g0);
+    });
+  }
+
+  for (std::int64_t g = 0; g < group; ++g) {
+    const std::int64_t h = kvh * group + g;
+    float* out = a.partial + ((b * a.num_heads + h) * splits + split) * (dim_v + 1);
+    const float l = sc.l[static_cast<std::size_t>(g)];
+    if (l > 0.0f) {
+      std::copy_n(sc.acc.data() + g * dim_v, dim_v, out);
+      scale_row(out, dim_v, 1.0f / l);
+      out[dim_v] = sc.m[static_cast<std::size_t>(g)] + std::log(l);
+    } else {
+      std::fill_n(out, dim_v, 0.0f);
+      out[dim_v] = kNegInf;
+    }
+  }
+}
+
+template <class TO>
+void merge_task(const DecodeAttentionArgs& a, std::int64_t task) {
+  const std::int64_t b = task / a.num_heads, h = task % a.num_heads;
+  const std::int64_t splits = a.num_splits, dim_v = a.head_dim_v;
+  const float* part = a.partial + (b * a.num_heads + h) * splits * (dim_v + 1);
+  float mx = a.sinks ? a.sinks[h] : kNegInf;
+  for (std::int64_t s = 0; s < splits; ++s) mx = std::max(mx, part[s * (dim_v + 1) + dim_v]);
+  TO* o = static_cast<TO*>(a.o) + b * a.o_stride_b + h * a.o_stride_h;
+  float weights[64];
+  std::vector<float> many;
+  float* w = weights;
+  if (splits > 64) {
+    many.resize(static_cast<std::size_t>(splits));
+    w = many.data();
+  }
+  std::fill_n(w, splits, 0.0f);
+  float denom = 0.0f;
+  if (mx != kNegInf) {
+    for (std::int64_t s = 0; s < splits; ++s) {
+      const float lse = part[s * (dim_v + 1) + dim_v];
+      w[s] = lse == kNegInf ? 0.0f : std::exp(lse - mx);
+      denom += w[s];
+    }
+    if (a.sinks) denom += std::exp(a.sinks[h] - mx);
+  }
+  const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
+  for (std::int64_t i = 0; i < dim_v;) {
+    const std::size_t vl = F::setvl(static_cast<std::size_t>(dim_v - i));
+    F::V acc = F::splat(0.0f, vl);
+    for (std::int64_t s = 0; s < splits; ++s)
+      if (w[s] != 0.0f) acc = F::fmacc(acc, w[s], F::load(part + s * (dim_v + 1) + i, vl), vl);
+    F::store(o + i, F::mul(acc, inv, vl), vl);
+    i += static_cast<std::int64_t>(vl);
+  }
+}
+
+template <class TQ>
+void partial_dispatch_kv(const DecodeAttentionArgs& a, std::int64_t t0, std::int64_t t1) {
+  switch (a.kv_dtype) {
+    case DType::kF32:
+      for (std::int64_t t = t0; t < t1; ++t) partial_task<TQ, float>(a, t);
+      return;
+    case DType::kBF16:
+      for (std::int64_t t = t0; t < t1; ++t) partial_task<TQ, bf16>(a, t);
+      return;
+    case DType::kF16:
+      for (std::int64_t t = t0; t < t1; ++t) partial_task<TQ, f16>(a, t);
+      return;
+  }
+}
+
+}  // namespace
+
+void decode_attention_partial(const DecodeAttentionArgs& a, std::int64_t task_begin,
+                              std::int64_t task_end) {
+  switch (a.q_dtype) {
+    case DType::kF32:
+      return partial_dispatch_kv<float>(a, task_begin, task_end);
+    case DType::kBF16:
+      return partial_dispatch_kv<bf16>(a, task_begin, task_end);
+    case DType::kF16:
+      return partial_dispatch_kv<f16>(a, task_begin, task_end);
+  }
+}
+
+void decode_attention_merge(const DecodeAttentionArgs& a, std::int64_t task_begin,
+                            std::int64_t task_end) {
+  for (std::int64_t t = task_begin; t < task_end; ++t) {
+    switch (a.o_dtype) {
+      case DType::kF32:
+        merge_task<float>(a, t);
+        break;
+      case DType::kBF16:
+        merge_task<bf16>(a, t);
+        break;
+      case DType::kF16:
+        merge_task<f16>(a, t);
+        break;
+    }
+  }
+}
+
+}  // namespace rvvk::RVVK_NS
