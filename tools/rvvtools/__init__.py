@@ -1,0 +1,216 @@
+"""Paths and commands of the project's RISC-V (RVV) build and emulation harness.
+
+``tools/provision.sh`` installs everything (idempotently); this module is the one place the
+noxfile and the test drivers take paths and command lines from.
+
+Layout under :func:`cache_dir` (``$RVV_SGLANG_CACHE``, default ``~/.cache/rvv-sglang``)::
+
+    qemu10/bin/qemu-riscv64   QEMU 10 (static, Debian 13): Zvfh, VLEN 128..1024, no plugins
+    plugin/libinsncount.so    the project's TCG plugin, for QEMU 7.2 (/usr/bin/qemu-riscv64)
+    riscv64-root/             Debian 13 riscv64 userland: python3.13, torch 2.6, numpy,
+                              pytest, pip, venv, libtorch-dev, libstdc++ 14
+    stamps/COMPONENT.stamp    what each component installed;  logs/, apt/: provisioning
+
+Running the root's Python::
+
+    cmd = qemu_cmd(256, sysroot=riscv_root()) + [str(riscv_root() / "usr/bin/python3"), ...]
+    subprocess.run(cmd, env=guest_env(), check=True)
+
+Always start ``riscv_root()/usr/bin/python3`` by its host path: Python then takes
+``sys.prefix`` = ``<root>/usr`` and every file it creates lands inside the root or at the host
+path given. (qemu-user looks each path up in the ``-L`` prefix first and falls back to the
+host's, so a file created under a guest path such as ``/usr/local/...`` that does not yet exist
+in the root would be created on the host.) The emulated Python cannot start other riscv64
+programs: no binfmt_misc handler is registered (on purpose), so ``subprocess`` of
+``sys.executable`` fails (``Exec format error``, or exit status 127), and so do ``ensurepip``,
+pytest-xdist, multiprocessing's "spawn" and ProcessPoolExecutor (its resource tracker is a new
+process); ``os.fork`` and a "fork" ``multiprocessing.Pool`` work; host (x86-64) programs run
+natively.
+
+Installing a riscv64 wheel (both seen to work with pip 25.1 in the root):
+
+* into a venv (preferred: leaves the shared root untouched)::
+
+      python3 -m venv --system-site-packages --without-pip VENV   # run by the root's python3
+      VENV/bin/python3 -m pip install --no-index --no-deps --no-cache-dir WHEEL
+
+  ``--without-pip`` is required (``ensurepip`` would exec the venv's python); the root's own
+  pip, a system site package, then installs into ``VENV/lib/python3.13/site-packages``. Run
+  ``VENV/bin/python3`` through qemu as above (``-L`` the root); torch etc. come from the root.
+* into the root itself::
+
+      python3 -m pip install --break-system-packages --no-index --no-deps --no-cache-dir WHEEL
+
+  installs into ``<root>/usr/local/lib/python3.13/dist-packages`` (PEP 668 refuses it without
+  ``--break-system-packages``); it stays until ``pip uninstall --break-system-packages`` or a
+  rebuild of the root.
+
+Building a torch extension against the root: CMake with ``toolchain_file()``,
+``-DRVV_SYSROOT=<root>`` and ``find_package(Torch)`` (found in the root's
+``usr/lib/riscv64-linux-gnu/cmake/Torch``; warns about kineto, harmless), linking the ``torch``
+target; or plain flags: ``clang++-16 --target=riscv64-linux-gnu --sysroot=ROOT -march=rv64gcv
+-fPIC -shared -fuse-ld=lld -std=c++17 -isystem ROOT/usr/include/torch/csrc/api/include
+op.cpp -ltorch_cpu -lc10``. Load it in the emulated Python with ``torch.ops.load_library``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+__all__ = [
+    "cache_dir",
+    "cpu_string",
+    "cross_sysroot",
+    "guest_env",
+    "parse_insncount",
+    "plugin",
+    "provision",
+    "qemu7",
+    "qemu10",
+    "qemu_cmd",
+    "riscv_root",
+    "toolchain_file",
+]
+
+COMPONENTS = ("toolchain", "qemu7", "qemu10", "plugin", "root", "all")
+VLENS = (128, 256, 512, 1024)
+INSNCOUNT_KEYS = ("total", "scalar", "vector", "vsetvl", "vmem")
+
+_TOOLS = Path(__file__).resolve().parent.parent
+
+
+def cache_dir() -> Path:
+    """Return the cache directory: ``$RVV_SGLANG_CACHE`` or ``~/.cache/rvv-sglang``."""
+    env = os.environ.get("RVV_SGLANG_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "rvv-sglang"
+
+
+def provision(components: list[str]) -> None:
+    """Run ``tools/provision.sh`` for ``components`` (``[]`` means all).
+
+    Fast when everything is present. Raises ``RuntimeError`` naming the failing step (the
+    script prints what went wrong, e.g. that installing Debian packages needs root).
+    """
+    unknown = [c for c in components if c not in COMPONENTS]
+    if unknown:
+        raise ValueError(f"unknown components {unknown}; known: {list(COMPONENTS)}")
+    script = _TOOLS / "provision.sh"
+    proc = subprocess.run(["bash", str(script), *components], check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"provisioning {' '.join(components) or 'all'} failed (exit {proc.returncode}); "
+            f"see the output above and the logs in {cache_dir() / 'logs'}"
+        )
+
+
+def qemu10() -> Path:
+    """Return QEMU 10's ``qemu-riscv64`` (component ``qemu10``)."""
+    return cache_dir() / "qemu10" / "bin" / "qemu-riscv64"
+
+
+def qemu7() -> Path:
+    """Return Debian 12's QEMU 7.2 ``qemu-riscv64``, which loads TCG plugins (``qemu7``)."""
+    return Path("/usr/bin/qemu-riscv64")
+
+
+def plugin() -> Path:
+    """Return the instruction-counting TCG plugin for QEMU 7.2 (component ``plugin``)."""
+    return cache_dir() / "plugin" / "libinsncount.so"
+
+
+def riscv_root() -> Path:
+    """Return the Debian 13 riscv64 root with Python and torch (component ``root``)."""
+    return cache_dir() / "riscv64-root"
+
+
+def cross_sysroot() -> Path:
+    """Return Debian 12's riscv64 cross sysroot (component ``toolchain``)."""
+    return Path("/usr/riscv64-linux-gnu")
+
+
+def toolchain_file() -> Path:
+    """Return the CMake toolchain file for riscv64 Linux with clang-16 (in the repo)."""
+    return _TOOLS / "cmake" / "riscv64-linux-clang.cmake"
+
+
+def cpu_string(vlen: int, zvfh: bool = False, qemu: str = "10") -> str:
+    """Return the ``-cpu`` value for RVV 1.0 with ``vlen`` bits (128..1024, a power of 2).
+
+    ``zvfh`` adds fp16 scalar and vector arithmetic: ``zfh=true,zvfh=true`` for QEMU 10, which
+    enforces Zvfh; ``Zfh=true`` for QEMU 7.2, which has no Zvfh property and allows fp16
+    vector arithmetic whenever Zfh is on.
+    """
+    if vlen not in VLENS:
+        raise ValueError(f"vlen must be one of {VLENS}, not {vlen}")
+    if qemu == "10":
+        return f"rv64,v=true,vlen={vlen}" + (",zfh=true,zvfh=true" if zvfh else "")
+    if qemu == "7":
+        return f"rv64,v=true,vlen={vlen},elen=64,vext_spec=v1.0" + (",Zfh=true" if zvfh else "")
+    raise ValueError(f"qemu must be '10' or '7', not {qemu!r}")
+
+
+def qemu_cmd(
+    vlen: int,
+    zvfh: bool = False,
+    *,
+    qemu: str = "10",
+    sysroot: Path | None = None,
+    plugin_out: Path | None = None,
+) -> list[str]:
+    """Return the command prefix that runs a riscv64 program under QEMU user mode.
+
+    ``sysroot`` is the ``-L`` prefix for the dynamic loader and libraries: default
+    :func:`cross_sysroot` (programs built against Debian 12's cross packages); use
+    :func:`riscv_root` for programs and libraries built against the Debian 13 root.
+    ``plugin_out`` (QEMU 7.2 only) loads the insncount plugin, which writes one line
+    ``insncount total=N scalar=N vector=N vsetvl=N vmem=N`` to that file at exit
+    (read it with :func:`parse_insncount`). Append the program and its arguments.
+    """
+    binary = qemu10() if qemu == "10" else qemu7()
+    cmd = [str(binary), "-L", str(sysroot or cross_sysroot()), "-cpu", cpu_string(vlen, zvfh, qemu)]
+    if plugin_out is not None:
+        if qemu != "7":
+            raise ValueError("only QEMU 7.2 (qemu='7') loads TCG plugins")
+        cmd += ["-plugin", f"{plugin()},outfile={plugin_out}"]
+    return cmd
+
+
+def guest_env(base: Mapping[str, str] | None = None, *, bytecode: bool = True) -> dict[str, str]:
+    """Return ``base`` (default ``os.environ``) made fit for the emulated Python.
+
+    qemu-user hands the host environment to the guest, so the host's Python settings
+    (PYTHONPATH, PYTHONHOME, PYTHONSTARTUP, VIRTUAL_ENV, ...) are dropped and
+    PYTHONNOUSERSITE=1 is set: the root's Python uses its own paths only. With ``bytecode``
+    PYTHONDONTWRITEBYTECODE is dropped too, so the guest caches compiled modules (in the
+    root, and next to the sources it imports): compiling torch's modules under emulation
+    costs more than importing it (~50 s against ~20 s).
+    """
+    env = dict(os.environ if base is None else base)
+    keep = {"PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONFAULTHANDLER", "PYTHONNOUSERSITE"}
+    if not bytecode:
+        keep.add("PYTHONDONTWRITEBYTECODE")
+    for key in list(env):
+        if (key.startswith("PYTHON") and key not in keep) or key == "VIRTUAL_ENV":
+            del env[key]
+    env["PYTHONNOUSERSITE"] = "1"
+    return env
+
+
+_INSNCOUNT = re.compile(r"^insncount((?: \w+=\d+)+)\s*$", re.MULTILINE)
+
+
+def parse_insncount(path: str | os.PathLike[str]) -> dict[str, int]:
+    """Parse the plugin's output file into ``{"total": N, "scalar": N, "vector": N, ...}``."""
+    text = Path(path).read_text()
+    match = _INSNCOUNT.search(text)
+    if match is None:
+        raise ValueError(f"no 'insncount ...' line in {path}")
+    counts = {k: int(v) for k, v in (item.split("=") for item in match.group(1).split())}
+    missing = [k for k in INSNCOUNT_KEYS if k not in counts]
+    if missing:
+        raise ValueError(f"{path}: insncount line lacks {missing}")
+    return counts
