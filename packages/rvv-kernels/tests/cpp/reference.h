@@ -2,6 +2,7 @@
 // and do not share code with the kernels (in particular not rvvk/detail/).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -52,6 +53,21 @@ std::uint16_t encode_rne(double x, Decode decode, std::uint16_t inf_code, std::u
   return static_cast<std::uint16_t>(sign | c);
 }
 
+inline double decode_e5m2(std::uint16_t b) { return decode_f16(static_cast<std::uint16_t>(b << 8)); }
+
+inline double decode_e4m3(std::uint16_t b) {
+  const int sign = (b >> 7) & 1, exp = (b >> 3) & 0xf, mant = b & 7;
+  double v;
+  if (exp == 0xf && mant == 7) {
+    v = std::numeric_limits<double>::quiet_NaN();
+  } else if (exp == 0) {
+    v = std::ldexp(mant, -9);
+  } else {
+    v = std::ldexp(8 + mant, exp - 10);
+  }
+  return sign ? -v : v;
+}
+
 inline std::uint16_t encode_bf16(double x) {
   return encode_rne(x, decode_bf16, 0x7f80, 0x7fc0, std::ldexp(1.0, 128));
 }
@@ -59,12 +75,34 @@ inline std::uint16_t encode_f16(double x) {
   return encode_rne(x, decode_f16, 0x7c00, 0x7e00, 65536.0);
 }
 
+// e4m3 has no infinity: its code 0x7f (NaN) plays the part of the code after
+// the largest finite value (448) in the search; the tests stay far from it.
+inline std::uint8_t encode_e4m3(double x) {
+  const std::uint16_t c = encode_rne(x, decode_e4m3, 0x7f, 0x7f, 480.0);
+  return static_cast<std::uint8_t>((c & 0x7f) | ((c >> 8) & 0x80));
+}
+inline std::uint8_t encode_e5m2(double x) {
+  const std::uint16_t c = encode_rne(x, decode_e5m2, 0x7c, 0x7e, 61440.0);
+  return static_cast<std::uint8_t>((c & 0x7f) | ((c >> 8) & 0x80));
+}
+
 // Storage of a tensor of `dtype` in a byte vector, read/written as double.
+// kI8 holds integers: set() rounds to the nearest and clamps to [-127, 127].
 struct Buffer {
   rvvk::DType dtype;
   std::vector<unsigned char> bytes;
   Buffer(rvvk::DType dt, std::size_t n) : dtype(dt), bytes(n * elem_size(dt)) {}
-  static std::size_t elem_size(rvvk::DType dt) { return dt == rvvk::DType::kF32 ? 4 : 2; }
+  static std::size_t elem_size(rvvk::DType dt) {
+    switch (dt) {
+      case rvvk::DType::kF32:
+        return 4;
+      case rvvk::DType::kBF16:
+      case rvvk::DType::kF16:
+        return 2;
+      default:
+        return 1;
+    }
+  }
   std::size_t size() const { return bytes.size() / elem_size(dtype); }
   void* data() { return bytes.data(); }
   double get(std::size_t i) const {
@@ -72,6 +110,11 @@ struct Buffer {
       float f;
       std::memcpy(&f, &bytes[i * 4], 4);
       return f;
+    }
+    if (elem_size(dtype) == 1) {
+      const std::uint8_t b = bytes[i];
+      if (dtype == rvvk::DType::kI8) return static_cast<std::int8_t>(b);
+      return dtype == rvvk::DType::kFP8E4M3 ? decode_e4m3(b) : decode_e5m2(b);
     }
     std::uint16_t h;
     std::memcpy(&h, &bytes[i * 2], 2);
@@ -87,6 +130,15 @@ struct Buffer {
     if (dtype == rvvk::DType::kF32) {
       const float f = static_cast<float>(x);
       std::memcpy(&bytes[i * 4], &f, 4);
+      return;
+    }
+    if (dtype == rvvk::DType::kI8) {
+      bytes[i] = static_cast<std::uint8_t>(
+          static_cast<std::int8_t>(std::max(-127.0, std::min(127.0, std::nearbyint(x)))));
+      return;
+    }
+    if (dtype == rvvk::DType::kFP8E4M3 || dtype == rvvk::DType::kFP8E5M2) {
+      bytes[i] = dtype == rvvk::DType::kFP8E4M3 ? encode_e4m3(x) : encode_e5m2(x);
       return;
     }
     const std::uint16_t h = dtype == rvvk::DType::kBF16 ? encode_bf16(x) : encode_f16(x);
@@ -111,7 +163,21 @@ inline double ulp(rvvk::DType dt, double x) {
 }
 
 inline const char* name(rvvk::DType dt) {
-  return dt == rvvk::DType::kF32 ? "f32" : dt == rvvk::DType::kBF16 ? "bf16" : "f16";
+  switch (dt) {
+    case rvvk::DType::kF32:
+      return "f32";
+    case rvvk::DType::kBF16:
+      return "bf16";
+    case rvvk::DType::kF16:
+      return "f16";
+    case rvvk::DType::kFP8E4M3:
+      return "e4m3";
+    case rvvk::DType::kFP8E5M2:
+      return "e5m2";
+    case rvvk::DType::kI8:
+      return "i8";
+  }
+  return "?";
 }
 
 // Small deterministic generator (xorshift64*).

@@ -75,6 +75,14 @@ RVVK_TEST(convert_every_16bit_value) {
   }
 }
 
+RVVK_TEST(convert_every_8bit_value) {
+  for (DType src_dtype : {DType::kFP8E4M3, DType::kFP8E5M2, DType::kI8}) {
+    ref::Buffer src(src_dtype, 256 * 3);
+    for (std::uint32_t c = 0; c < 256 * 3; ++c) src.bytes[c] = static_cast<std::uint8_t>(c);
+    for (DType dst : kTypes) check_conversion(ctx, src, dst);
+  }
+}
+
 RVVK_TEST(convert_fp32_rounding) {
   const std::vector<float> values = interesting_floats();
   ref::Buffer src(DType::kF32, values.size());

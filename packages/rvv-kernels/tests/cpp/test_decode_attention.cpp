@@ -37,8 +37,24 @@ void run_case(rvvk_test::Context& ctx, const Case& c, std::uint64_t seed) {
   const std::int64_t kst = c.hkv * c.d + 3, vst = c.hkv * c.dv + 1;  // padded (strided) rows
   ref::Buffer k(c.kv_dtype, static_cast<std::size_t>(total * kst));
   ref::Buffer v(c.kv_dtype, static_cast<std::size_t>(total * vst));
-  for (std::size_t i = 0; i < k.size(); ++i) k.set(i, rng.uniform(-1, 1));
-  for (std::size_t i = 0; i < v.size(); ++i) v.set(i, rng.uniform(-1, 1));
+  // Real cache values are stored * scale: int8 per (token, KV head), fp8 per tensor.
+  const bool int8 = c.kv_dtype == DType::kI8;
+  const bool fp8 = c.kv_dtype == DType::kFP8E4M3 || c.kv_dtype == DType::kFP8E5M2;
+  const double range = int8 ? 127.0 : 1.0;
+  for (std::size_t i = 0; i < k.size(); ++i) k.set(i, rng.uniform(-range, range));
+  for (std::size_t i = 0; i < v.size(); ++i) v.set(i, rng.uniform(-range, range));
+  std::vector<float> kscales(static_cast<std::size_t>(total * c.hkv)), vscales(kscales.size());
+  for (float& x : kscales) x = static_cast<float>(rng.uniform(0.5, 1.5) / 127.0);
+  for (float& x : vscales) x = static_cast<float>(rng.uniform(0.5, 1.5) / 127.0);
+  const float kscale = fp8 ? 0.75f : 1.0f, vscale = fp8 ? 1.25f : 1.0f;
+  auto kval = [&](std::int64_t row, std::int64_t kvh, std::int64_t i) {
+    const double x = k.get(static_cast<std::size_t>(row * kst + kvh * c.d + i));
+    return int8 ? x * kscales[static_cast<std::size_t>(row * c.hkv + kvh)] : x * kscale;
+  };
+  auto vval = [&](std::int64_t row, std::int64_t kvh, std::int64_t i) {
+    const double x = v.get(static_cast<std::size_t>(row * vst + kvh * c.dv + i));
+    return int8 ? x * vscales[static_cast<std::size_t>(row * c.hkv + kvh)] : x * vscale;
+  };
   ref::Buffer q(c.q_dtype, static_cast<std::size_t>(batch * c.hq * c.d));
   for (std::size_t i = 0; i < q.size(); ++i) q.set(i, rng.uniform(-1, 1));
   // req_to_token rows in reverse request order, to make req_pool_indices matter.
@@ -66,16 +82,23 @@ void run_case(rvvk_test::Context& ctx, const Case& c, std::uint64_t seed) {
   a.q = q.data();
   a.q_stride_b = c.hq * c.d;
   a.q_stride_h = c.d;
-  a.kv_dtype = c.kv_dtype;
-  a.k_cache = k.data();
-  a.k_stride_t = kst;
-  a.k_stride_h = c.d;
-  a.v_cache = v.data();
-  a.v_stride_t = vst;
-  a.v_stride_h = c.dv;
-  a.req_to_token = c.r2t64 ? static_cast<const void*>(r2t64.data()) : r2t32.data();
-  a.req_to_token_int64 = c.r2t64;
-  a.req_to_token_stride = r2t_stride;
+  a.cache.dtype = c.kv_dtype;
+  a.cache.k = k.data();
+  a.cache.k_stride_t = kst;
+  a.cache.k_stride_h = c.d;
+  a.cache.v = v.data();
+  a.cache.v_stride_t = vst;
+  a.cache.v_stride_h = c.dv;
+  a.cache.k_scale = kscale;
+  a.cache.v_scale = vscale;
+  if (int8) {
+    a.cache.k_scales = kscales.data();
+    a.cache.v_scales = vscales.data();
+    a.cache.scales_stride = c.hkv;
+  }
+  a.cache.req_to_token = c.r2t64 ? static_cast<const void*>(r2t64.data()) : r2t32.data();
+  a.cache.req_to_token_int64 = c.r2t64;
+  a.cache.req_to_token_stride = r2t_stride;
   a.req_pool_indices = pool.data();
   a.seq_lens = c.lens.data();
   ref::Buffer o(c.q_dtype, static_cast<std::size_t>(batch * c.hq * c.dv));
@@ -109,8 +132,7 @@ void run_case(rvvk_test::Context& ctx, const Case& c, std::uint64_t seed) {
         const std::int64_t row = r2t64[static_cast<std::size_t>(pool[static_cast<std::size_t>(b)] * r2t_stride + t)];
         double dot = 0;
         for (std::int64_t i = 0; i < c.d; ++i)
-          dot += q.get(static_cast<std::size_t>((b * c.hq + h) * c.d + i)) *
-                 k.get(static_cast<std::size_t>(row * kst + kvh * c.d + i));
+          dot += q.get(static_cast<std::size_t>((b * c.hq + h) * c.d + i)) * kval(row, kvh, i);
         dot *= a.sm_scale;
         if (c.cap > 0) dot = c.cap * std::tanh(dot / c.cap);
         s.push_back(dot);
@@ -123,7 +145,7 @@ void run_case(rvvk_test::Context& ctx, const Case& c, std::uint64_t seed) {
         double want = 0;
         for (std::size_t j = 0; j < s.size(); ++j) {
           const std::int64_t row = r2t64[static_cast<std::size_t>(pool[static_cast<std::size_t>(b)] * r2t_stride + start + static_cast<std::int64_t>(j))];
-          want += s[j] * v.get(static_cast<std::size_t>(row * vst + kvh * c.dv + i));
+          want += s[j] * vval(row, kvh, i);
         }
         want = denom > 0 ? ref::round_to(c.q_dtype, want / denom) : 0.0;
         const double got = o.get(static_cast<std::size_t>((b * c.hq + h) * c.dv + i));
@@ -170,6 +192,14 @@ RVVK_TEST(decode_attention_dtypes) {
     for (DType kd : types)
       for (bool r2t64 : {false, true})
         run_case(ctx, Case{6, 3, 48, 40, {33, 130}, qd, kd, 0, 0, false, 2, r2t64}, ++seed);
+}
+
+RVVK_TEST(decode_attention_quantised_caches) {
+  std::uint64_t seed = 250;
+  for (DType kd : {DType::kFP8E4M3, DType::kFP8E5M2, DType::kI8})
+    for (DType qd : {DType::kF32, DType::kBF16, DType::kF16})
+      run_case(ctx, Case{12, 2, 128, 128, {1, 77, 300}, qd, kd, 0, 0, false, 3}, ++seed);
+  run_case(ctx, Case{7, 1, 80, 80, {5, 129}, DType::kBF16, DType::kI8, 20.0f, 50, true, 2}, ++seed);
 }
 
 RVVK_TEST(decode_attention_features) {

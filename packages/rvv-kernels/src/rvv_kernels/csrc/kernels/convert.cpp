@@ -28,6 +28,8 @@ void convert_from(const S* src, DType dst_dtype, void* dst, std::int64_t n) {
       return convert_impl(src, static_cast<bf16*>(dst), n);
     case DType::kF16:
       return convert_impl(src, static_cast<f16*>(dst), n);
+    default:
+      return;  // not a floating-point activation dtype: rejected by the caller
   }
 }
 
@@ -41,6 +43,12 @@ void convert(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::
       return convert_from(static_cast<const bf16*>(src), dst_dtype, dst, n);
     case DType::kF16:
       return convert_from(static_cast<const f16*>(src), dst_dtype, dst, n);
+    case DType::kFP8E4M3:
+      return convert_from(static_cast<const fp8e4m3*>(src), dst_dtype, dst, n);
+    case DType::kFP8E5M2:
+      return convert_from(static_cast<const fp8e5m2*>(src), dst_dtype, dst, n);
+    case DType::kI8:
+      return convert_from(static_cast<const std::int8_t*>(src), dst_dtype, dst, n);
   }
 }
 

@@ -37,10 +37,19 @@ const T* at(const void* base, std::int64_t offset) {
   return static_cast<const T*>(base) + offset;
 }
 
-std::int64_t cache_row(const DecodeAttentionArgs& a, std::int64_t req, std::int64_t pos) {
-  const std::int64_t i = req * a.req_to_token_stride + pos;
-  return a.req_to_token_int64 ? static_cast<const std::int64_t*>(a.req_to_token)[i]
-                              : static_cast<const std::int32_t*>(a.req_to_token)[i];
+std::int64_t cache_row(const KvCache& c, std::int64_t req, std::int64_t pos) {
+  const std::int64_t i = req * c.req_to_token_stride + pos;
+  return c.req_to_token_int64 ? static_cast<const std::int64_t*>(c.req_to_token)[i]
+                              : static_cast<const std::int32_t*>(c.req_to_token)[i];
+}
+
+// s[0, n) *= f[0, n)
+void mul_rows(float* s, const float* f, std::int64_t n) {
+  for (std::int64_t j = 0; j < n;) {
+    const std::size_t vl = F::setvl(static_cast<std::size_t>(n - j));
+    F::store(s + j, F::mul(F::load(s + j, vl), F::load(f + j, vl), vl), vl);
+    j += static_cast<std::int64_t>(vl);
+  }
 }
 
 // scores[g * kBlock + j] = qf[g] . k_j for heads g0 <= g < g0 + NG.
@@ -182,28 +191,39 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
     float* dst = sc.q.data() + g * dim;
     for (std::int64_t i = 0; i < dim;) {
       const std::size_t vl = F::setvl(static_cast<std::size_t>(dim - i));
-      F::store(dst + i, F::mul(F::load(src + i, vl), a.sm_scale, vl), vl);
+      F::store(dst + i, F::mul(F::load(src + i, vl), a.sm_scale * a.cache.k_scale, vl), vl);
       i += static_cast<std::int64_t>(vl);
     }
   }
 
+  const KvCache& c = a.cache;
+  // int8 caches carry a scale per token and KV head, applied to the scores (K)
+  // and to the probabilities after the softmax sums (V).
+  constexpr bool kPerToken = std::is_same_v<TKV, std::int8_t>;
   const std::int64_t req = a.req_pool_indices[b];
   const TKV* krows[kBlock];
   const TKV* vrows[kBlock];
+  float kscale[kBlock], vscale[kBlock];
   for (std::int64_t t0 = lo; t0 < hi; t0 += kBlock) {
     const std::int64_t nb = std::min(kBlock, hi - t0);
     for (std::int64_t j = 0; j < nb; ++j) {
-      const std::int64_t row = cache_row(a, req, t0 + j);
-      krows[j] = at<TKV>(a.k_cache, row * a.k_stride_t + kvh * a.k_stride_h);
-      vrows[j] = at<TKV>(a.v_cache, row * a.v_stride_t + kvh * a.v_stride_h);
+      const std::int64_t row = cache_row(c, req, t0 + j);
+      krows[j] = at<TKV>(c.k, row * c.k_stride_t + kvh * c.k_stride_h);
+      vrows[j] = at<TKV>(c.v, row * c.v_stride_t + kvh * c.v_stride_h);
+      if constexpr (kPerToken) {
+        kscale[j] = c.k_scales[row * c.scales_stride + kvh];
+        vscale[j] = c.v_scales[row * c.scales_stride + kvh];
+      }
     }
     for_head_groups(group, [&](auto ng, std::int64_t g0) {
       qk_heads<decltype(ng)::value>(sc.q.data(), dim, krows, nb, sc.scores.data(), g0);
     });
     for (std::int64_t g = 0; g < group; ++g) {
-      const float alpha = softmax_block(sc.scores.data() + g * kBlock, nb, a.logit_cap,
-                                        sc.m[static_cast<std::size_t>(g)],
+      float* s = sc.scores.data() + g * kBlock;
+      if constexpr (kPerToken) mul_rows(s, kscale, nb);
+      const float alpha = softmax_block(s, nb, a.logit_cap, sc.m[static_cast<std::size_t>(g)],
                                         sc.l[static_cast<std::size_t>(g)]);
+      if constexpr (kPerToken) mul_rows(s, vscale, nb);
       if (alpha != 1.0f) scale_row(sc.acc.data() + g * dim_v, dim_v, alpha);
     }
     for_head_groups(group, [&](auto ng, std::int64_t g0) {
@@ -217,7 +237,7 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
     const float l = sc.l[static_cast<std::size_t>(g)];
     if (l > 0.0f) {
       std::copy_n(sc.acc.data() + g * dim_v, dim_v, out);
-      scale_row(out, dim_v, 1.0f / l);
+      scale_row(out, dim_v, a.cache.v_scale / l);
       out[dim_v] = sc.m[static_cast<std::size_t>(g)] + std::log(l);
     } else {
       std::fill_n(out, dim_v, 0.0f);
@@ -264,7 +284,7 @@ void merge_task(const DecodeAttentionArgs& a, std::int64_t task) {
 
 template <class TQ>
 void partial_dispatch_kv(const DecodeAttentionArgs& a, std::int64_t t0, std::int64_t t1) {
-  switch (a.kv_dtype) {
+  switch (a.cache.dtype) {
     case DType::kF32:
       for (std::int64_t t = t0; t < t1; ++t) partial_task<TQ, float>(a, t);
       return;
@@ -273,6 +293,15 @@ void partial_dispatch_kv(const DecodeAttentionArgs& a, std::int64_t t0, std::int
       return;
     case DType::kF16:
       for (std::int64_t t = t0; t < t1; ++t) partial_task<TQ, f16>(a, t);
+      return;
+    case DType::kFP8E4M3:
+      for (std::int64_t t = t0; t < t1; ++t) partial_task<TQ, fp8e4m3>(a, t);
+      return;
+    case DType::kFP8E5M2:
+      for (std::int64_t t = t0; t < t1; ++t) partial_task<TQ, fp8e5m2>(a, t);
+      return;
+    case DType::kI8:
+      for (std::int64_t t = t0; t < t1; ++t) partial_task<TQ, std::int8_t>(a, t);
       return;
   }
 }
@@ -288,6 +317,8 @@ void decode_attention_partial(const DecodeAttentionArgs& a, std::int64_t task_be
       return partial_dispatch_kv<bf16>(a, task_begin, task_end);
     case DType::kF16:
       return partial_dispatch_kv<f16>(a, task_begin, task_end);
+    default:
+      return;  // not an activation dtype: rejected by the caller's validation
   }
 }
 
@@ -304,6 +335,8 @@ void decode_attention_merge(const DecodeAttentionArgs& a, std::int64_t task_begi
       case DType::kF16:
         merge_task<f16>(a, t);
         break;
+      default:
+        return;  // not an activation dtype: rejected by the caller's validation
     }
   }
 }

@@ -91,6 +91,8 @@ void rmsnorm(DType dtype, void* out, std::int64_t out_stride, const void* input,
     case DType::kF16:
       return rmsnorm_impl(static_cast<f16*>(out), out_stride, static_cast<const f16*>(input),
                           input_stride, static_cast<const f16*>(weight), rows, cols, eps);
+    default:
+      return;  // not a floating-point activation dtype: rejected by the caller
   }
 }
 
@@ -110,6 +112,8 @@ void fused_add_rmsnorm(DType dtype, void* input, std::int64_t input_stride, void
       return fused_add_rmsnorm_impl(static_cast<f16*>(input), input_stride,
                                     static_cast<f16*>(residual), residual_stride,
                                     static_cast<const f16*>(weight), rows, cols, eps);
+    default:
+      return;  // not a floating-point activation dtype: rejected by the caller
   }
 }
 

@@ -10,8 +10,36 @@
 
 namespace rvvk {
 
-// Element type of floating-point tensors handed to the kernels.
-enum class DType : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
+// Element types. Activations (q, out, norms) are kF32/kBF16/kF16; a KV cache
+// may also hold fp8 (per-tensor scale) or int8 (per-token, per-KV-head scales).
+enum class DType : int {
+  kF32 = 0,
+  kBF16 = 1,
+  kF16 = 2,
+  kFP8E4M3 = 3,  // e4m3 "fn": bias 7, no infinities, 0x7f/0xff are NaN
+  kFP8E5M2 = 4,  // e5m2: the high byte of an fp16
+  kI8 = 5,       // symmetric int8, real value = q * scale
+};
+
+// SGLang's indexed KV cache of one layer. Strides are in elements.
+struct KvCache {
+  DType dtype = DType::kF32;
+  // k [tokens, num_kv_heads, head_dim], v [tokens, num_kv_heads, head_dim_v]
+  const void* k = nullptr;
+  std::int64_t k_stride_t = 0, k_stride_h = 0;
+  const void* v = nullptr;
+  std::int64_t v_stride_t = 0, v_stride_h = 0;
+  // fp8: real value = stored value * scale (per tensor)
+  float k_scale = 1.0f, v_scale = 1.0f;
+  // int8: real value = stored value * scales[token * scales_stride + kv_head]
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
+  std::int64_t scales_stride = 0;
+  // req_to_token [rows, max_context] (int32 or int64): cache row of each position
+  const void* req_to_token = nullptr;
+  bool req_to_token_int64 = false;
+  std::int64_t req_to_token_stride = 0;
+};
 
 // Decode attention over an indexed KV cache (SGLang's data model): one query
 // token per request attends to the cached keys of its request. Split-KV
@@ -28,16 +56,7 @@ struct DecodeAttentionArgs {
   DType q_dtype = DType::kF32;
   const void* q = nullptr;
   std::int64_t q_stride_b = 0, q_stride_h = 0;
-  // k_cache [tokens, num_kv_heads, head_dim], v_cache [tokens, num_kv_heads, head_dim_v]
-  DType kv_dtype = DType::kF32;
-  const void* k_cache = nullptr;
-  std::int64_t k_stride_t = 0, k_stride_h = 0;
-  const void* v_cache = nullptr;
-  std::int64_t v_stride_t = 0, v_stride_h = 0;
-  // req_to_token [rows, max_context] (int32 or int64): cache row of each position
-  const void* req_to_token = nullptr;
-  bool req_to_token_int64 = false;
-  std::int64_t req_to_token_stride = 0;
+  KvCache cache;
   const std::int64_t* req_pool_indices = nullptr;  // [batch]
   const std::int64_t* seq_lens = nullptr;          // [batch]
   // out [batch, num_heads, head_dim_v]
@@ -48,15 +67,54 @@ struct DecodeAttentionArgs {
   // output, then log-sum-exp of the split's scores (-inf when it had no key)
   float* partial = nullptr;
   float sm_scale = 1.0f;
-  float logit_cap = 0.0f;       // > 0: scores become cap * tanh(score / cap)
-  std::int64_t window = 0;      // > 0: attend only to the last `window` keys
-  const float* sinks = nullptr; // [num_heads] or null: logit added to each softmax denominator
+  float logit_cap = 0.0f;        // > 0: scores become cap * tanh(score / cap)
+  std::int64_t window = 0;       // > 0: attend only to the last `window` keys
+  const float* sinks = nullptr;  // [num_heads] or null: logit added to each softmax denominator
 };
 inline std::int64_t decode_attention_partial_tasks(const DecodeAttentionArgs& a) {
   return a.batch * a.num_kv_heads * a.num_splits;
 }
 inline std::int64_t decode_attention_merge_tasks(const DecodeAttentionArgs& a) {
   return a.batch * a.num_heads;
+}
+
+// Extend (prefill) attention: each request has `prefix` = seq_len - extend_len
+// tokens already in the KV cache and extend_len new tokens whose q, k, v are
+// given contiguously (rows extend_start_loc[b] .. + extend_seq_lens[b]). New
+// token i attends to the whole prefix and, if causal, to new tokens 0..i (all
+// new tokens otherwise); a window > 0 keeps only the last `window` keys up to
+// and including the query's own position. Tiled, online softmax; no full score
+// matrix. Tasks: extend_attention_tasks(args) = batch x num_kv_heads x
+// ceil(max_extend_len / kExtendBlockM); a task past its request's end is a no-op.
+inline constexpr std::int64_t kExtendBlockM = 32;
+struct ExtendAttentionArgs {
+  std::int64_t batch = 0, num_heads = 0, num_kv_heads = 0;
+  std::int64_t head_dim = 0, head_dim_v = 0;
+  std::int64_t max_extend_len = 0;
+  // q [tokens, num_heads, head_dim]; k/v [tokens, num_kv_heads, head_dim(_v)]: new tokens
+  DType dtype = DType::kF32;  // of q, k, v and out
+  const void* q = nullptr;
+  std::int64_t q_stride_t = 0, q_stride_h = 0;
+  const void* k = nullptr;
+  std::int64_t k_stride_t = 0, k_stride_h = 0;
+  const void* v = nullptr;
+  std::int64_t v_stride_t = 0, v_stride_h = 0;
+  // out [tokens, num_heads, head_dim_v]
+  void* o = nullptr;
+  std::int64_t o_stride_t = 0, o_stride_h = 0;
+  KvCache cache;                                    // the prefix
+  const std::int64_t* req_pool_indices = nullptr;   // [batch]
+  const std::int64_t* seq_lens = nullptr;           // [batch] prefix + extend
+  const std::int64_t* extend_seq_lens = nullptr;    // [batch]
+  const std::int64_t* extend_start_loc = nullptr;   // [batch]
+  float sm_scale = 1.0f;
+  float logit_cap = 0.0f;
+  std::int64_t window = 0;
+  const float* sinks = nullptr;
+  bool causal = true;
+};
+inline std::int64_t extend_attention_tasks(const ExtendAttentionArgs& a) {
+  return a.batch * a.num_kv_heads * ((a.max_extend_len + kExtendBlockM - 1) / kExtendBlockM);
 }
 
 #define RVVK_KERNEL(name, params, args) void name params;

@@ -13,6 +13,13 @@ struct bf16 {
 struct f16 {
   std::uint16_t bits;
 };
+// 8-bit KV-cache element types (read-only in the kernels).
+struct fp8e4m3 {
+  std::uint8_t bits;
+};
+struct fp8e5m2 {
+  std::uint8_t bits;
+};
 
 namespace scalar {
 
@@ -41,6 +48,16 @@ inline float to_f32(f16 x) {
   }
   return bits_to_f32(u | sign);
 }
+
+inline float to_f32(fp8e5m2 x) { return to_f32(f16{static_cast<std::uint16_t>(x.bits << 8)}); }
+inline float to_f32(fp8e4m3 x) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(x.bits & 0x80u) << 24;
+  const std::uint32_t em = x.bits & 0x7fu;
+  if (em == 0x7fu) return bits_to_f32(sign | 0x7fc00000u);  // the only NaN encoding
+  // Scaling by 2^120 re-biases the exponent (7 -> 127) and normalises subnormals.
+  return bits_to_f32(f32_to_bits(bits_to_f32(em << 20) * 0x1p120f) | sign);
+}
+inline float to_f32(std::int8_t x) { return static_cast<float>(x); }
 
 // Round to nearest, ties to even; NaN stays NaN (quiet).
 inline bf16 to_bf16(float f) {

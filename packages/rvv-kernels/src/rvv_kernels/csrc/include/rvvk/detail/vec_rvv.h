@@ -24,13 +24,14 @@ template <int LMUL>
 struct F32;
 
 // F32<L>: fp32 lanes at LMUL L. H is the LMUL of the matching 16-bit vector
-// (same element count), B the mask type's ratio.
-#define RVVK_F32_TRAITS(L, M, H, B)                                                          \
+// and Q of the matching 8-bit vector (same element count), B the mask type's ratio.
+#define RVVK_F32_TRAITS(L, M, H, Q, B)                                                          \
   template <>                                                                                \
   struct F32<L> {                                                                            \
     using V = vfloat32##M##_t;                                                               \
     using U = vuint32##M##_t;                                                                \
     using H16 = vuint16##H##_t;                                                              \
+    using U8 = vuint8##Q##_t;                                                                \
     using Mask = vbool##B##_t;                                                               \
     static std::size_t setvl(std::size_t n) { return __riscv_vsetvl_e32##M(n); }             \
     static std::size_t vlmax() { return __riscv_vsetvlmax_e32##M(); }                        \
@@ -119,6 +120,19 @@ struct F32;
                                        infnan, vl);                                          \
       return __riscv_vreinterpret_v_u32##M##_f32##M(__riscv_vor_vv_u32##M(bits, sign, vl));  \
     }                                                                                        \
+    /* fp8 e4m3 (fn): like widen_f16_int with a 2^120 scale; 0x7f is the NaN. */             \
+    static V widen_e4m3(U8 b, std::size_t vl) {                                              \
+      U w = __riscv_vzext_vf4_u32##M(b, vl);                                                 \
+      U sign = __riscv_vsll_vx_u32##M(__riscv_vand_vx_u32##M(w, 0x80, vl), 24, vl);          \
+      U em = __riscv_vand_vx_u32##M(w, 0x7f, vl);                                            \
+      U shifted = __riscv_vsll_vx_u32##M(em, 20, vl);                                        \
+      V scaled = __riscv_vfmul_vf_f32##M(__riscv_vreinterpret_v_u32##M##_f32##M(shifted),    \
+                                         0x1p120f, vl);                                      \
+      U bits = __riscv_vreinterpret_v_f32##M##_u32##M(scaled);                               \
+      bits = __riscv_vmerge_vxm_u32##M(bits, 0x7fc00000u,                                    \
+                                       __riscv_vmseq_vx_u32##M##_b##B(em, 0x7f, vl), vl);    \
+      return __riscv_vreinterpret_v_u32##M##_f32##M(__riscv_vor_vv_u32##M(bits, sign, vl));  \
+    }                                                                                        \
     static H16 narrow_f16_int(V v, std::size_t vl) {                                         \
       U u = __riscv_vreinterpret_v_f32##M##_u32##M(v);                                       \
       U sign = __riscv_vand_vx_u32##M(u, 0x80000000u, vl);                                   \
@@ -162,6 +176,21 @@ struct F32;
     return load_f16(reinterpret_cast<const std::uint16_t*>(p), vl);                          \
   }                                                                                          \
   template <>                                                                                \
+  inline F32<L>::V F32<L>::load<std::int8_t>(const std::int8_t* p, std::size_t vl) {         \
+    return __riscv_vfcvt_f_x_v_f32##M(                                                       \
+        __riscv_vsext_vf4_i32##M(__riscv_vle8_v_i8##Q(p, vl), vl), vl);                      \
+  }                                                                                          \
+  template <>                                                                                \
+  inline F32<L>::V F32<L>::load<fp8e4m3>(const fp8e4m3* p, std::size_t vl) {                 \
+    return widen_e4m3(__riscv_vle8_v_u8##Q(reinterpret_cast<const std::uint8_t*>(p), vl),    \
+                      vl);                                                                   \
+  }                                                                                          \
+  template <>                                                                                \
+  inline F32<L>::V F32<L>::load<fp8e5m2>(const fp8e5m2* p, std::size_t vl) {                 \
+    U8 b = __riscv_vle8_v_u8##Q(reinterpret_cast<const std::uint8_t*>(p), vl);               \
+    return widen_f16(__riscv_vsll_vx_u16##H(__riscv_vzext_vf2_u16##H(b, vl), 8, vl), vl);    \
+  }                                                                                          \
+  template <>                                                                                \
   inline void F32<L>::store<float>(float* p, V v, std::size_t vl) {                          \
     __riscv_vse32_v_f32##M(p, v, vl);                                                        \
   }                                                                                          \
@@ -177,6 +206,9 @@ struct F32;
 #if defined(__riscv_zvfh)
 // Zvfh: hardware conversions (round to nearest even under the default frm).
 #define RVVK_F32_F16_OPS(M, H)                                                           \
+  static V widen_f16(H16 h, std::size_t vl) {                                                \
+    return __riscv_vfwcvt_f_f_v_f32##M(__riscv_vreinterpret_v_u16##H##_f16##H(h), vl);       \
+  }                                                                                          \
   static V load_f16(const std::uint16_t* p, std::size_t vl) {                            \
     return __riscv_vfwcvt_f_f_v_f32##M(                                                  \
         __riscv_vle16_v_f16##H(reinterpret_cast<const _Float16*>(p), vl), vl);           \
@@ -187,6 +219,7 @@ struct F32;
   }
 #else
 #define RVVK_F32_F16_OPS(M, H)                                                           \
+  static V widen_f16(H16 h, std::size_t vl) { return widen_f16_int(h, vl); }                 \
   static V load_f16(const std::uint16_t* p, std::size_t vl) {                            \
     return widen_f16_int(__riscv_vle16_v_u16##H(p, vl), vl);                             \
   }                                                                                      \
@@ -195,10 +228,10 @@ struct F32;
   }
 #endif
 
-RVVK_F32_TRAITS(1, m1, mf2, 32)
-RVVK_F32_TRAITS(2, m2, m1, 16)
-RVVK_F32_TRAITS(4, m4, m2, 8)
-RVVK_F32_TRAITS(8, m8, m4, 4)
+RVVK_F32_TRAITS(1, m1, mf2, mf4, 32)
+RVVK_F32_TRAITS(2, m2, m1, mf2, 16)
+RVVK_F32_TRAITS(4, m4, m2, m1, 8)
+RVVK_F32_TRAITS(8, m8, m4, m2, 4)
 
 #undef RVVK_F32_TRAITS
 #undef RVVK_F32_F16_OPS
