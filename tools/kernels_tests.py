@@ -10,6 +10,8 @@ Usage: python tools/kernels_tests.py [--native-only] [--build-dir DIR]
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import os
 import subprocess
 import sys
 import time
@@ -39,12 +41,11 @@ def build(build_dir: Path, toolchain: Path | None) -> Path:
 
 
 def run(label: str, cmd: list[str]) -> bool:
-    """Runs one test binary invocation, echoing its output; True when it passed."""
-    print(f"--- {label}: {' '.join(cmd)}", flush=True)
+    """Runs one test binary invocation, then echoes its output; True when it passed."""
     start = time.monotonic()
     result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    print(result.stdout, end="")
-    print(f"--- {label}: exit {result.returncode} in {time.monotonic() - start:.1f} s", flush=True)
+    print(f"--- {label}: {' '.join(cmd)}\n{result.stdout}"
+          f"--- {label}: exit {result.returncode} in {time.monotonic() - start:.1f} s", flush=True)
     return result.returncode == 0
 
 
@@ -62,9 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.native_only:
         rvvtools.provision(["toolchain", "qemu10"])
         cross = build(args.build_dir / "riscv64", rvvtools.toolchain_file())
-        for vlen, zvfh in QEMU_RUNS:
-            label = f"qemu10 vlen={vlen} zvfh={'on' if zvfh else 'off'}"
-            results.append((label, run(label, [*rvvtools.qemu_cmd(vlen, zvfh), str(cross)])))
+        # One emulator per core: the runs are single-threaded and independent.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            futures = []
+            for vlen, zvfh in QEMU_RUNS:
+                label = f"qemu10 vlen={vlen} zvfh={'on' if zvfh else 'off'}"
+                cmd = [*rvvtools.qemu_cmd(vlen, zvfh), str(cross)]
+                futures.append((label, pool.submit(run, label, cmd)))
+            results += [(label, f.result()) for label, f in futures]
 
     failed = [label for label, ok in results if not ok]
     print(f"kernels-tests: {len(results) - len(failed)} runs passed, {len(failed)} failed"
