@@ -1,0 +1,70 @@
+// sgl_kernel::rmsnorm_cpu and sgl_kernel::fused_add_rmsnorm_cpu on rvv-kernels.
+#include <ATen/ops/empty.h>
+
+#include "common.h"
+#include "ops.h"
+
+namespace rvv_ops {
+
+at::Tensor rmsnorm_cpu(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  constexpr const char* op = "rmsnorm_cpu";
+  check_cpu(op, "input", input);
+  check_cpu(op, "weight", weight);
+  const rvvk::DType dtype = kernel_dtype(op, "input", input);
+  check_same_dtype(op, "weight", weight, "input", input);
+  check_rows_layout(op, "input", input);
+  check_weight(op, weight, "input", input);
+  check_eps(op, eps);
+
+  // Read-only: a layout the kernel cannot walk is copied rather than refused.
+  at::Tensor in = input;
+  std::optional<std::int64_t> in_stride = row_stride(in);
+  if (!in_stride) {
+    in = input.contiguous();
+    in_stride = in.size(-1);
+  }
+  at::Tensor out = at::empty(input.sizes(), input.options());
+  const std::int64_t rows = num_rows(in), cols = in.size(-1);
+  if (out.numel() == 0) return out;
+  parallel_rows(rows, cols, [&](std::int64_t begin, std::int64_t end) {
+    rvvk::rmsnorm(dtype, row_ptr(out, cols, begin), cols, row_ptr(in, *in_stride, begin),
+                  *in_stride, weight.data_ptr(), end - begin, cols, static_cast<float>(eps));
+  });
+  return out;
+}
+
+void fused_add_rmsnorm_cpu(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
+                           double eps) {
+  constexpr const char* op = "fused_add_rmsnorm_cpu";
+  check_cpu(op, "input", input);
+  check_cpu(op, "residual", residual);
+  check_cpu(op, "weight", weight);
+  const rvvk::DType dtype = kernel_dtype(op, "input", input);
+  check_same_dtype(op, "residual", residual, "input", input);
+  check_same_dtype(op, "weight", weight, "input", input);
+  check_rows_layout(op, "input", input);
+  TORCH_CHECK_VALUE(residual.sizes() == input.sizes(), op, ": residual has shape ",
+                    residual.sizes(), "; expected input's shape ", input.sizes());
+  check_rows_layout(op, "residual", residual);
+  check_weight(op, weight, "input", input);
+  check_eps(op, eps);
+
+  // Both are written in place: no copies, so their layout must be walkable as is.
+  const std::int64_t in_stride = require_row_stride(op, "input", input);
+  const std::int64_t res_stride = require_row_stride(op, "residual", residual);
+  check_rows_disjoint(op, "input", input, in_stride);
+  check_rows_disjoint(op, "residual", residual, res_stride);
+  check_no_overlap(op, "input", input, in_stride, "residual", residual, res_stride);
+  check_no_overlap(op, "input", input, in_stride, "weight", weight, weight.numel());
+  check_no_overlap(op, "residual", residual, res_stride, "weight", weight, weight.numel());
+
+  const std::int64_t rows = num_rows(input), cols = input.size(-1);
+  if (input.numel() == 0) return;
+  parallel_rows(rows, cols, [&](std::int64_t begin, std::int64_t end) {
+    rvvk::fused_add_rmsnorm(dtype, row_ptr(input, in_stride, begin), in_stride,
+                            row_ptr(residual, res_stride, begin), res_stride, weight.data_ptr(),
+                            end - begin, cols, static_cast<float>(eps));
+  });
+}
+
+}  // namespace rvv_ops

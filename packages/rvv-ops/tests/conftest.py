@@ -1,0 +1,94 @@
+"""Shared options and fixtures of rvv-ops' tests.
+
+``--rvv-ops-lengths=quick`` (or ``RVV_OPS_TEST_LENGTHS=quick``) runs the reference
+comparisons on a subset of row lengths, for slow runs under emulation; the header and
+the summary of the run say so. ``RVV_OPS_TEST_PYTHON`` is the command (shell syntax)
+that starts a fresh Python for the subprocess tests: under qemu-user the emulated
+Python cannot exec ``sys.executable`` itself, so tools/ops_riscv.py passes the QEMU
+command line.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Iterator
+
+import pytest
+import rvv_ops
+
+# Row lengths around the ones that matter: 1-3 (shorter than any vector), a prime, one
+# below / at / above a power of two (vector tails at every VLEN and LMUL), SGLang-sized
+# hidden dimensions.
+ROW_LENGTHS = {
+    "full": (1, 2, 3, 17, 255, 256, 257, 1536, 4095, 8192),
+    "quick": (1, 3, 17, 256, 257, 4095),
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--rvv-ops-lengths",
+        choices=sorted(ROW_LENGTHS),
+        default=os.environ.get("RVV_OPS_TEST_LENGTHS", "full"),
+        help="row lengths for the reference comparisons: full, or the quick subset "
+        "(default: $RVV_OPS_TEST_LENGTHS or full)",
+    )
+
+
+def _lengths(config: pytest.Config) -> tuple[int, ...]:
+    return ROW_LENGTHS[str(config.getoption("--rvv-ops-lengths"))]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    info = rvv_ops.build_info()
+    cpu = info["cpu"]
+    choice = config.getoption("--rvv-ops-lengths")
+    return [
+        f"rvv-ops {info['version']} for {info['target_arch']}, built against torch "
+        f"{info['torch_version']}; variants compiled {info['compiled_variants']}, "
+        f"supported {info['supported_variants']}, active {info['active_variant']}",
+        f"cpu: has_v={cpu['has_v']} vlen={cpu['vlen']} zvfh={cpu['zvfh']} "
+        f"zvfhmin={cpu['zvfhmin']} (from {cpu['source']})",
+        f"row lengths ({choice}): {list(_lengths(config))}"
+        + ("" if choice == "full" else f"; full set: {list(ROW_LENGTHS['full'])}"),
+    ]
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+) -> None:
+    if config.getoption("--rvv-ops-lengths") != "full":
+        left_out = sorted(set(ROW_LENGTHS["full"]) - set(_lengths(config)))
+        terminalreporter.write_line(
+            f"rvv-ops: quick row-length set; lengths {left_out} were not compared "
+            "(--rvv-ops-lengths=full runs them)",
+            yellow=True,
+        )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "cols" in metafunc.fixturenames:
+        metafunc.parametrize("cols", _lengths(metafunc.config))
+    if "variant" in metafunc.fixturenames:
+        metafunc.parametrize("variant", rvv_ops.build_info()["supported_variants"], indirect=True)
+
+
+@pytest.fixture
+def variant(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Runs the test with every kernel on one variant, then restores the previous one."""
+    name = str(request.param)
+    previous = rvv_ops.build_info()["active_variant"]
+    rvv_ops.set_variant(name)
+    try:
+        yield name
+    finally:
+        rvv_ops.set_variant(previous)
+
+
+@pytest.fixture(scope="session")
+def python_cmd() -> list[str]:
+    """Command that starts a fresh Python like the one running the tests."""
+    env = os.environ.get("RVV_OPS_TEST_PYTHON")
+    return shlex.split(env) if env else [sys.executable]
