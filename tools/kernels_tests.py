@@ -19,20 +19,33 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import rvvtools  # noqa: E402
+import rvvtools
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "packages" / "rvv-kernels"
 
 # (VLEN, Zvfh) pairs run under QEMU 10; the Zvfh run exercises the rvv_zvfh variant.
-QEMU_RUNS: list[tuple[int, bool]] = [(128, False), (256, False), (512, False), (1024, False),
-                                     (256, True)]
+QEMU_RUNS: list[tuple[int, bool]] = [
+    (128, False),
+    (256, False),
+    (512, False),
+    (1024, False),
+    (256, True),
+]
 
 
 def build(build_dir: Path, toolchain: Path | None) -> Path:
     """Configures and builds the test driver; returns its path."""
-    cmd = ["cmake", "-S", str(KERNELS), "-B", str(build_dir), "-G", "Ninja",
-           "-DCMAKE_BUILD_TYPE=Release"]
+    cmd = [
+        "cmake",
+        "-S",
+        str(KERNELS),
+        "-B",
+        str(build_dir),
+        "-G",
+        "Ninja",
+        "-DCMAKE_BUILD_TYPE=Release",
+    ]
     if toolchain is not None:
         cmd.append(f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
     subprocess.run(cmd, check=True)
@@ -44,16 +57,23 @@ def run(label: str, cmd: list[str]) -> bool:
     """Runs one test binary invocation, then echoes its output; True when it passed."""
     start = time.monotonic()
     result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    print(f"--- {label}: {' '.join(cmd)}\n{result.stdout}"
-          f"--- {label}: exit {result.returncode} in {time.monotonic() - start:.1f} s", flush=True)
+    print(
+        f"--- {label}: {' '.join(cmd)}\n{result.stdout}"
+        f"--- {label}: exit {result.returncode} in {time.monotonic() - start:.1f} s",
+        flush=True,
+    )
     return result.returncode == 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--native-only", action="store_true", help="skip the riscv64 build")
-    parser.add_argument("--build-dir", type=Path, default=ROOT / "build" / "kernels",
-                        help="where to build (default: build/kernels)")
+    parser.add_argument(
+        "--build-dir",
+        type=Path,
+        default=ROOT / "build" / "kernels",
+        help="where to build (default: build/kernels)",
+    )
     args = parser.parse_args(argv)
 
     results: list[tuple[str, bool]] = []
@@ -73,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
             results += [(label, f.result()) for label, f in futures]
 
     failed = [label for label, ok in results if not ok]
-    print(f"kernels-tests: {len(results) - len(failed)} runs passed, {len(failed)} failed"
-          + (f" ({', '.join(failed)})" if failed else ""))
+    print(
+        f"kernels-tests: {len(results) - len(failed)} runs passed, {len(failed)} failed"
+        + (f" ({', '.join(failed)})" if failed else "")
+    )
     return 1 if failed else 0
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["get_cmake_dir", "get_include", "get_source_dir", "__version__"]
+__all__ = ["__version__", "get_cmake_dir", "get_include", "get_source_dir"]
 __version__ = "0.1.0"
 
 _HERE = Path(__file__).resolve().parent
