@@ -64,6 +64,15 @@ def riscv_tests(session: nox.Session) -> None:
     session.run("python", "tools/ops_riscv.py", "test", "--out", "dist", *session.posargs)
 
 
+@nox.session(name="bench-kernels")
+def bench_kernels(session: nox.Session) -> None:
+    """Instruction counts under QEMU, RVV vs scalar build, per kernel case and VLEN.
+
+    Writes build/bench/kernels.json. ``nox -s bench-kernels -- --quick`` runs VLEN 256 only.
+    """
+    session.run("python", "tools/bench_kernels.py", *session.posargs)
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff (lint + format check) and mypy --strict on the Python packages and tools."""
@@ -77,5 +86,6 @@ def lint(session: nox.Session) -> None:
         "tools/rvvtools",
         "tools/kernels_tests.py",
         "tools/ops_riscv.py",
+        "tools/bench_kernels.py",
         "noxfile.py",
     )

@@ -15,22 +15,96 @@ TORCH_LIBRARY_FRAGMENT(sgl_kernel, m) {
   m.def(
       "fused_add_rmsnorm_cpu(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) "
       "-> ()");
+  // Model-layer ops, as SGLang 0.5.23's layers call them (layernorm.py, activation.py,
+  // rotary_embedding/base.py).
+  m.def("gemma_rmsnorm_cpu(Tensor input, Tensor weight, float eps) -> Tensor");
+  m.def(
+      "gemma_fused_add_rmsnorm_cpu(Tensor(a!) input, Tensor(b!) residual, Tensor weight, "
+      "float eps) -> ()");
+  m.def("layernorm_cpu(Tensor input, Tensor weight, Tensor? bias, float eps) -> Tensor");
+  m.def("silu_and_mul_cpu(Tensor input) -> Tensor");
+  m.def("gelu_and_mul_cpu(Tensor input) -> Tensor");
+  m.def("gelu_tanh_and_mul_cpu(Tensor input) -> Tensor");
+  m.def(
+      "rotary_embedding_cpu(Tensor positions, Tensor query, Tensor key, int head_size, "
+      "Tensor cos_sin_cache, bool is_neox) -> (Tensor, Tensor)");
+  // SGLang 0.5.23's argument lists (intel_amx_backend.py: 19 and 22 arguments).
+  m.def(
+      "decode_attention_cpu(Tensor query, Tensor(a!) k_cache, Tensor(b!) v_cache, "
+      "float k_scale, float v_scale, Tensor(c!) output, Tensor? key, Tensor? value, "
+      "Tensor loc, Tensor(d!) attn_logits, Tensor req_to_token, Tensor req_pool_indices, "
+      "Tensor seq_lens, float sm_scale, float logit_cap, bool is_cross_attention, "
+      "int sliding_window_size, Tensor? encoder_lens, Tensor? sinks) -> ()");
+  m.def(
+      "extend_attention_cpu(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, "
+      "Tensor(a!) o_extend, Tensor k_buffer, Tensor v_buffer, float k_scale, float v_scale, "
+      "Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, Tensor extend_seq_lens, "
+      "Tensor extend_start_loc, int max_len_extend, float sm_scale, float logit_cap, "
+      "bool is_cross_attention, int sliding_window_size, Tensor? encoder_lens, "
+      "Tensor? sinks, Tensor? tree_mask, bool is_causal) -> ()");
+  // rvv-ops' own INT8-cache versions: per-token, per-KV-head fp32 scale buffers in place of
+  // the per-tensor scales; the extend op also writes the new tokens at out_cache_loc.
+  m.def(
+      "decode_attention_int8_cpu(Tensor query, Tensor(a!) k_cache, Tensor(b!) v_cache, "
+      "Tensor(x!) k_scale_buf, Tensor(y!) v_scale_buf, Tensor(c!) output, Tensor? key, "
+      "Tensor? value, Tensor loc, Tensor(d!) attn_logits, Tensor req_to_token, "
+      "Tensor req_pool_indices, Tensor seq_lens, float sm_scale, float logit_cap, "
+      "bool is_cross_attention, int sliding_window_size, Tensor? encoder_lens, "
+      "Tensor? sinks) -> ()");
+  m.def(
+      "extend_attention_int8_cpu(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, "
+      "Tensor(a!) o_extend, Tensor(b!) k_buffer, Tensor(c!) v_buffer, Tensor(x!) k_scale_buf, "
+      "Tensor(y!) v_scale_buf, Tensor out_cache_loc, Tensor req_to_token, "
+      "Tensor req_pool_indices, Tensor seq_lens, Tensor extend_seq_lens, "
+      "Tensor extend_start_loc, int max_len_extend, float sm_scale, float logit_cap, "
+      "bool is_cross_attention, int sliding_window_size, Tensor? encoder_lens, "
+      "Tensor? sinks, Tensor? tree_mask, bool is_causal) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(sgl_kernel, CPU, m) {
   m.impl("rmsnorm_cpu", &rvv_ops::rmsnorm_cpu);
   m.impl("fused_add_rmsnorm_cpu", &rvv_ops::fused_add_rmsnorm_cpu);
+  m.impl("gemma_rmsnorm_cpu", &rvv_ops::gemma_rmsnorm_cpu);
+  m.impl("gemma_fused_add_rmsnorm_cpu", &rvv_ops::gemma_fused_add_rmsnorm_cpu);
+  m.impl("layernorm_cpu", &rvv_ops::layernorm_cpu);
+  m.impl("silu_and_mul_cpu", &rvv_ops::silu_and_mul_cpu);
+  m.impl("gelu_and_mul_cpu", &rvv_ops::gelu_and_mul_cpu);
+  m.impl("gelu_tanh_and_mul_cpu", &rvv_ops::gelu_tanh_and_mul_cpu);
+  m.impl("rotary_embedding_cpu", &rvv_ops::rotary_embedding_cpu);
+  m.impl("decode_attention_cpu", &rvv_ops::decode_attention_cpu);
+  m.impl("extend_attention_cpu", &rvv_ops::extend_attention_cpu);
+  m.impl("decode_attention_int8_cpu", &rvv_ops::decode_attention_int8_cpu);
+  m.impl("extend_attention_int8_cpu", &rvv_ops::extend_attention_int8_cpu);
 }
 
-// No derivatives. rmsnorm_cpu: torch's fallback makes backward() through the result raise
-// "not implemented". fused_add_rmsnorm_cpu: see autograd.cpp.
+// The attention ops (none has a derivative): see attention_autograd.cpp.
+constexpr const char* kAttentionOps[] = {"decode_attention_cpu", "extend_attention_cpu",
+                                         "decode_attention_int8_cpu",
+                                         "extend_attention_int8_cpu"};
+
+// No derivatives. rmsnorm_cpu and the other ops returning new tensors: torch's fallback
+// makes backward() through the result raise "not implemented". fused_add_rmsnorm_cpu and
+// gemma_fused_add_rmsnorm_cpu: see autograd.cpp.
 TORCH_LIBRARY_IMPL(sgl_kernel, Autograd, m) {
   m.impl("rmsnorm_cpu", torch::autograd::autogradNotImplementedFallback());
   m.impl("fused_add_rmsnorm_cpu", &rvv_ops::fused_add_rmsnorm_autograd);
+  for (const char* name : {"gemma_rmsnorm_cpu", "layernorm_cpu", "silu_and_mul_cpu",
+                           "gelu_and_mul_cpu", "gelu_tanh_and_mul_cpu", "rotary_embedding_cpu"}) {
+    m.impl(name, torch::autograd::autogradNotImplementedFallback());
+  }
+  m.impl("gemma_fused_add_rmsnorm_cpu", &rvv_ops::gemma_fused_add_rmsnorm_autograd);
+  for (const char* name : kAttentionOps) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&rvv_ops::attention_autograd>());
+  }
 }
 
 TORCH_LIBRARY_IMPL(sgl_kernel, ADInplaceOrView, m) {
   m.impl("fused_add_rmsnorm_cpu", &rvv_ops::fused_add_rmsnorm_inplace_or_view);
+  m.impl("gemma_fused_add_rmsnorm_cpu", &rvv_ops::gemma_fused_add_rmsnorm_inplace_or_view);
+  for (const char* name : kAttentionOps) {
+    m.impl(name,
+           torch::CppFunction::makeFromBoxedFunction<&rvv_ops::attention_inplace_or_view>());
+  }
 }
 
 // rvv-ops' own introspection; no tensor arguments, so one kernel for every backend.

@@ -1,13 +1,16 @@
-// sgl_kernel::rmsnorm_cpu and sgl_kernel::fused_add_rmsnorm_cpu on rvv-kernels.
+// sgl_kernel::rmsnorm_cpu, fused_add_rmsnorm_cpu and Gemma's versions (gemma_rmsnorm_cpu,
+// gemma_fused_add_rmsnorm_cpu: weight offset by 1) on rvv-kernels.
 #include <ATen/ops/empty.h>
 
 #include "common.h"
 #include "ops.h"
 
 namespace rvv_ops {
+namespace {
 
-at::Tensor rmsnorm_cpu(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  constexpr const char* op = "rmsnorm_cpu";
+// `weight_offset`: the kernels scale by (weight + weight_offset); 1 for Gemma.
+at::Tensor rmsnorm_impl(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                        double eps, float weight_offset) {
   check_cpu(op, "input", input);
   check_cpu(op, "weight", weight);
   const rvvk::DType dtype = kernel_dtype(op, "input", input);
@@ -28,14 +31,14 @@ at::Tensor rmsnorm_cpu(const at::Tensor& input, const at::Tensor& weight, double
   if (out.numel() == 0) return out;
   parallel_rows(rows, cols, [&](std::int64_t begin, std::int64_t end) {
     rvvk::rmsnorm(dtype, row_ptr(out, cols, begin), cols, row_ptr(in, *in_stride, begin),
-                  *in_stride, weight.data_ptr(), end - begin, cols, static_cast<float>(eps));
+                  *in_stride, weight.data_ptr(), end - begin, cols, static_cast<float>(eps),
+                  weight_offset);
   });
   return out;
 }
 
-void fused_add_rmsnorm_cpu(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
-                           double eps) {
-  constexpr const char* op = "fused_add_rmsnorm_cpu";
+void fused_add_rmsnorm_impl(const char* op, at::Tensor& input, at::Tensor& residual,
+                            const at::Tensor& weight, double eps, float weight_offset) {
   check_cpu(op, "input", input);
   check_cpu(op, "residual", residual);
   check_cpu(op, "weight", weight);
@@ -63,8 +66,28 @@ void fused_add_rmsnorm_cpu(at::Tensor& input, at::Tensor& residual, const at::Te
   parallel_rows(rows, cols, [&](std::int64_t begin, std::int64_t end) {
     rvvk::fused_add_rmsnorm(dtype, row_ptr(input, in_stride, begin), in_stride,
                             row_ptr(residual, res_stride, begin), res_stride, weight.data_ptr(),
-                            end - begin, cols, static_cast<float>(eps));
+                            end - begin, cols, static_cast<float>(eps), weight_offset);
   });
+}
+
+}  // namespace
+
+at::Tensor rmsnorm_cpu(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  return rmsnorm_impl("rmsnorm_cpu", input, weight, eps, 0.0f);
+}
+
+void fused_add_rmsnorm_cpu(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
+                           double eps) {
+  fused_add_rmsnorm_impl("fused_add_rmsnorm_cpu", input, residual, weight, eps, 0.0f);
+}
+
+at::Tensor gemma_rmsnorm_cpu(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  return rmsnorm_impl("gemma_rmsnorm_cpu", input, weight, eps, 1.0f);
+}
+
+void gemma_fused_add_rmsnorm_cpu(at::Tensor& input, at::Tensor& residual,
+                                 const at::Tensor& weight, double eps) {
+  fused_add_rmsnorm_impl("gemma_fused_add_rmsnorm_cpu", input, residual, weight, eps, 1.0f);
 }
 
 }  // namespace rvv_ops

@@ -67,7 +67,8 @@ RVVK_TEST(rmsnorm_matches_reference) {
       fill(w, rng, 0.5, 1.5);
       for (std::size_t i = 0; i < total; ++i) out.set(i, kSentinel);
       const float eps = c.cols % 2 ? 1e-6f : 0.25f;  // a large eps must show in the result
-      rvvk::rmsnorm(dt, out.data(), c.stride, in.data(), c.stride, w.data(), c.rows, c.cols, eps);
+      rvvk::rmsnorm(dt, out.data(), c.stride, in.data(), c.stride, w.data(), c.rows, c.cols, eps,
+                    0.0f);
       for (std::int64_t r = 0; r < c.rows; ++r) {
         double ss = 0;
         for (std::int64_t j = 0; j < c.cols; ++j) ss += in.get(r * c.stride + j) * in.get(r * c.stride + j);
@@ -100,7 +101,7 @@ RVVK_TEST(rmsnorm_in_place_and_large_values) {
       w.set(j, 1.0);
     }
     orig = x;
-    rvvk::rmsnorm(dt, x.data(), cols, x.data(), cols, w.data(), 1, cols, 1e-5f);
+    rvvk::rmsnorm(dt, x.data(), cols, x.data(), cols, w.data(), 1, cols, 1e-5f, 0.0f);
     double ss = 0;
     for (std::int64_t j = 0; j < cols; ++j) ss += orig.get(j) * orig.get(j);
     const double inv = 1.0 / std::sqrt(ss / cols + 1e-5);
@@ -129,7 +130,7 @@ RVVK_TEST(fused_add_rmsnorm_matches_reference) {
       const ref::Buffer x0 = x, res0 = res;
       const float eps = 1e-5f;
       rvvk::fused_add_rmsnorm(dt, x.data(), c.stride, res.data(), c.stride, w.data(), c.rows,
-                              c.cols, eps);
+                              c.cols, eps, 0.0f);
       for (std::int64_t r = 0; r < c.rows; ++r) {
         double ss = 0;
         std::vector<double> sum(static_cast<std::size_t>(c.cols));

@@ -5,6 +5,13 @@ Importing this package loads ``rvv_ops/_C.so``, which registers
 - ``torch.ops.sgl_kernel.rmsnorm_cpu(input, weight, eps) -> Tensor``
 - ``torch.ops.sgl_kernel.fused_add_rmsnorm_cpu(input, residual, weight, eps) -> ()``
   (``input`` and ``residual`` updated in place)
+- ``torch.ops.sgl_kernel.decode_attention_cpu`` (19 arguments) and
+  ``extend_attention_cpu`` (22 arguments): attention over SGLang's indexed KV cache
+  (activations' dtype or fp8), plus ``decode_attention_int8_cpu`` and
+  ``extend_attention_int8_cpu`` for INT8 caches with per-token scales
+- model-layer ops (see ``rvv_ops.layers``): ``gemma_rmsnorm_cpu``,
+  ``gemma_fused_add_rmsnorm_cpu``, ``layernorm_cpu``, ``silu_and_mul_cpu``,
+  ``gelu_and_mul_cpu``, ``gelu_tanh_and_mul_cpu``, ``rotary_embedding_cpu``
 
 with SGLang's names and arguments, so SGLang's CPU code paths find them, plus fake
 kernels for torch.compile. The kernels are rvv-kernels': RVV 1.0 (with or without Zvfh)
@@ -19,18 +26,50 @@ names a variant that cannot be used here.
 from __future__ import annotations
 
 from rvv_ops._library import BuildInfo, CpuInfo, build_info, load_library, set_variant
+from rvv_ops.attention import (
+    UNSUPPORTED,
+    decode_attention,
+    decode_attention_int8,
+    extend_attention,
+    extend_attention_int8,
+    register_attention_fakes,
+)
+from rvv_ops.layers import (
+    gelu_and_mul,
+    gelu_tanh_and_mul,
+    gemma_fused_add_rmsnorm,
+    gemma_rmsnorm,
+    layernorm,
+    register_layer_fakes,
+    rotary_embedding,
+    silu_and_mul,
+)
 from rvv_ops.ops import fused_add_rmsnorm, register_fakes, rmsnorm
 
 __all__ = [
+    "UNSUPPORTED",
     "BuildInfo",
     "CpuInfo",
     "__version__",
     "build_info",
+    "decode_attention",
+    "decode_attention_int8",
+    "extend_attention",
+    "extend_attention_int8",
     "fused_add_rmsnorm",
+    "gelu_and_mul",
+    "gelu_tanh_and_mul",
+    "gemma_fused_add_rmsnorm",
+    "gemma_rmsnorm",
+    "layernorm",
     "rmsnorm",
+    "rotary_embedding",
     "set_variant",
+    "silu_and_mul",
 ]
 __version__ = "0.1.0"
 
 load_library()
 register_fakes()
+register_attention_fakes()
+register_layer_fakes()

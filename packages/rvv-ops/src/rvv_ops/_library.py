@@ -18,6 +18,17 @@ LIBRARY = Path(__file__).resolve().with_name("_C.so")
 DEFINED_OPS = (
     "sgl_kernel::rmsnorm_cpu",
     "sgl_kernel::fused_add_rmsnorm_cpu",
+    "sgl_kernel::gemma_rmsnorm_cpu",
+    "sgl_kernel::gemma_fused_add_rmsnorm_cpu",
+    "sgl_kernel::layernorm_cpu",
+    "sgl_kernel::silu_and_mul_cpu",
+    "sgl_kernel::gelu_and_mul_cpu",
+    "sgl_kernel::gelu_tanh_and_mul_cpu",
+    "sgl_kernel::rotary_embedding_cpu",
+    "sgl_kernel::decode_attention_cpu",
+    "sgl_kernel::extend_attention_cpu",
+    "sgl_kernel::decode_attention_int8_cpu",
+    "sgl_kernel::extend_attention_int8_cpu",
     "rvv_ops::build_info",
     "rvv_ops::set_variant",
 )

@@ -79,7 +79,10 @@ def _rmsnorm_fake(input: Tensor, weight: Tensor, eps: float) -> Tensor:
 
 
 def _fused_add_rmsnorm_fake(input: Tensor, residual: Tensor, weight: Tensor, eps: float) -> None:
-    op = "fused_add_rmsnorm_cpu"
+    _check_fused("fused_add_rmsnorm_cpu", input, residual, weight, eps)
+
+
+def _check_fused(op: str, input: Tensor, residual: Tensor, weight: Tensor, eps: float) -> None:
     if residual.device != input.device:
         raise ValueError(
             f"{op}: residual is on device {residual.device}; expected input's device {input.device}"

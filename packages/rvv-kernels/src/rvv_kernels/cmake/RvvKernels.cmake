@@ -30,6 +30,9 @@ set(RVVK_FLAGS_portable ${RVVK_PORTABLE_FLAGS})
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(riscv64|rv64)")
   # The portable variant is the scalar baseline: no vector unit at all.
   list(APPEND RVVK_FLAGS_portable -march=rv64gc)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    list(APPEND RVVK_FLAGS_portable -fno-vectorize -fno-slp-vectorize)
+  endif()
   if(RVVK_ENABLE_RVV)
     set(_rvvk_probe_v "
 #include <riscv_vector.h>

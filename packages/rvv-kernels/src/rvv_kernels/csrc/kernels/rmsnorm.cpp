@@ -1,4 +1,5 @@
 // RMSNorm and fused residual-add + RMSNorm, fp32 accumulation for every dtype.
+// A weight offset serves Gemma's variant, which scales by (1 + weight).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -26,14 +27,27 @@ float sum_of_squares(const T* x, std::int64_t n) {
   return F::reduce_sum(acc, vlmax);
 }
 
-// out = x * inv_rms * w. `out` may alias `x`.
-template <class T>
-void scale_by_weight(T* out, const T* x, const T* w, float inv_rms, std::int64_t n) {
+// out = x * inv_rms * (w + w_offset). `out` may alias `x`.
+template <bool kOffset, class T>
+void scale_by_weight(T* out, const T* x, const T* w, float inv_rms, float w_offset,
+                     std::int64_t n) {
   for (std::int64_t i = 0; i < n;) {
     const std::size_t vl = F::setvl(static_cast<std::size_t>(n - i));
     const F::V v = F::mul(F::load(x + i, vl), inv_rms, vl);
-    F::store(out + i, F::mul(v, F::load(w + i, vl), vl), vl);
+    F::V wv = F::load(w + i, vl);
+    if constexpr (kOffset) wv = F::add(wv, w_offset, vl);
+    F::store(out + i, F::mul(v, wv, vl), vl);
     i += static_cast<std::int64_t>(vl);
+  }
+}
+
+template <class T>
+void scale_by_weight(T* out, const T* x, const T* w, float inv_rms, float w_offset,
+                     std::int64_t n) {
+  if (w_offset == 0.0f) {
+    scale_by_weight<false>(out, x, w, inv_rms, w_offset, n);
+  } else {
+    scale_by_weight<true>(out, x, w, inv_rms, w_offset, n);
   }
 }
 
@@ -43,18 +57,20 @@ inline float inv_rms(float sum_sq, std::int64_t n, float eps) {
 
 template <class T>
 void rmsnorm_impl(T* out, std::int64_t out_stride, const T* in, std::int64_t in_stride,
-                  const T* w, std::int64_t rows, std::int64_t cols, float eps) {
+                  const T* w, std::int64_t rows, std::int64_t cols, float eps,
+                  float w_offset) {
   if (cols <= 0) return;
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* x = in + r * in_stride;
     scale_by_weight(out + r * out_stride, x, w, inv_rms(sum_of_squares(x, cols), cols, eps),
-                    cols);
+                    w_offset, cols);
   }
 }
 
 template <class T>
 void fused_add_rmsnorm_impl(T* in, std::int64_t in_stride, T* res, std::int64_t res_stride,
-                            const T* w, std::int64_t rows, std::int64_t cols, float eps) {
+                            const T* w, std::int64_t rows, std::int64_t cols, float eps,
+                            float w_offset) {
   if (cols <= 0) return;
   const std::size_t vlmax = F::vlmax();
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -72,7 +88,7 @@ void fused_add_rmsnorm_impl(T* in, std::int64_t in_stride, T* res, std::int64_t 
       i += static_cast<std::int64_t>(vl);
     }
     // Pass 2: x = rmsnorm(y).
-    scale_by_weight(x, y, w, inv_rms(F::reduce_sum(acc, vlmax), cols, eps), cols);
+    scale_by_weight(x, y, w, inv_rms(F::reduce_sum(acc, vlmax), cols, eps), w_offset, cols);
   }
 }
 
@@ -80,17 +96,20 @@ void fused_add_rmsnorm_impl(T* in, std::int64_t in_stride, T* res, std::int64_t 
 
 void rmsnorm(DType dtype, void* out, std::int64_t out_stride, const void* input,
              std::int64_t input_stride, const void* weight, std::int64_t rows,
-             std::int64_t cols, float eps) {
+             std::int64_t cols, float eps, float weight_offset) {
   switch (dtype) {
     case DType::kF32:
       return rmsnorm_impl(static_cast<float*>(out), out_stride, static_cast<const float*>(input),
-                          input_stride, static_cast<const float*>(weight), rows, cols, eps);
+                          input_stride, static_cast<const float*>(weight), rows, cols, eps,
+                          weight_offset);
     case DType::kBF16:
       return rmsnorm_impl(static_cast<bf16*>(out), out_stride, static_cast<const bf16*>(input),
-                          input_stride, static_cast<const bf16*>(weight), rows, cols, eps);
+                          input_stride, static_cast<const bf16*>(weight), rows, cols, eps,
+                          weight_offset);
     case DType::kF16:
       return rmsnorm_impl(static_cast<f16*>(out), out_stride, static_cast<const f16*>(input),
-                          input_stride, static_cast<const f16*>(weight), rows, cols, eps);
+                          input_stride, static_cast<const f16*>(weight), rows, cols, eps,
+                          weight_offset);
     default:
       return;  // not a floating-point activation dtype: rejected by the caller
   }
@@ -98,20 +117,23 @@ void rmsnorm(DType dtype, void* out, std::int64_t out_stride, const void* input,
 
 void fused_add_rmsnorm(DType dtype, void* input, std::int64_t input_stride, void* residual,
                        std::int64_t residual_stride, const void* weight, std::int64_t rows,
-                       std::int64_t cols, float eps) {
+                       std::int64_t cols, float eps, float weight_offset) {
   switch (dtype) {
     case DType::kF32:
       return fused_add_rmsnorm_impl(static_cast<float*>(input), input_stride,
                                     static_cast<float*>(residual), residual_stride,
-                                    static_cast<const float*>(weight), rows, cols, eps);
+                                    static_cast<const float*>(weight), rows, cols, eps,
+                                    weight_offset);
     case DType::kBF16:
       return fused_add_rmsnorm_impl(static_cast<bf16*>(input), input_stride,
                                     static_cast<bf16*>(residual), residual_stride,
-                                    static_cast<const bf16*>(weight), rows, cols, eps);
+                                    static_cast<const bf16*>(weight), rows, cols, eps,
+                                    weight_offset);
     case DType::kF16:
       return fused_add_rmsnorm_impl(static_cast<f16*>(input), input_stride,
                                     static_cast<f16*>(residual), residual_stride,
-                                    static_cast<const f16*>(weight), rows, cols, eps);
+                                    static_cast<const f16*>(weight), rows, cols, eps,
+                                    weight_offset);
     default:
       return;  // not a floating-point activation dtype: rejected by the caller
   }

@@ -117,6 +117,34 @@ inline std::int64_t extend_attention_tasks(const ExtendAttentionArgs& a) {
   return a.batch * a.num_kv_heads * ((a.max_extend_len + kExtendBlockM - 1) / kExtendBlockM);
 }
 
+// The activation of a gated MLP (act_and_mul): out = act(gate) * up.
+enum class Activation : int {
+  kSilu = 0,      // x / (1 + exp(-x))
+  kGelu = 1,      // x / 2 * (1 + erf(x / sqrt(2)))
+  kGeluTanh = 2,  // x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))
+};
+
+// Rotary position embedding of one tensor (query or key) of `tokens` tokens x
+// `heads` heads x `head_size`: the first `rotary_dim` (even) elements of each
+// head are rotated by the angles of row positions[t] of `cos_sin_cache`
+// (cos[rotary_dim / 2] then sin[rotary_dim / 2]); the rest are copied. neox:
+// element j pairs with j + rotary_dim / 2; otherwise (GPT-J) 2j with 2j + 1.
+// Pair i becomes (x1 cos_i - x2 sin_i, x2 cos_i + x1 sin_i). `out` may be `x`
+// (same strides). Strides are in elements; the last dimension is contiguous.
+struct RotaryArgs {
+  std::int64_t heads = 0, head_size = 0, rotary_dim = 0;
+  bool neox = true;
+  DType dtype = DType::kF32;  // of x and out
+  const void* x = nullptr;
+  std::int64_t x_stride_t = 0, x_stride_h = 0;
+  void* out = nullptr;
+  std::int64_t out_stride_t = 0, out_stride_h = 0;
+  DType cache_dtype = DType::kF32;  // kF32 or `dtype`
+  const void* cos_sin_cache = nullptr;
+  std::int64_t cache_stride = 0;
+  const std::int64_t* positions = nullptr;  // [tokens], valid rows of the cache
+};
+
 #define RVVK_KERNEL(name, params, args) void name params;
 #include "rvvk/kernels.def"
 #undef RVVK_KERNEL

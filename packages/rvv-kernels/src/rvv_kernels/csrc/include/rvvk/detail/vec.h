@@ -15,6 +15,10 @@
 //    lanes >= vl of its first argument unchanged.
 //  - load<T>/store<T> convert between storage type T (float, bf16, f16) and
 //    fp32 lanes; rounding to bf16/f16 is round-to-nearest-even.
+//  - load_strided<T>/store_strided<T> do the same for elements `stride`
+//    elements apart (float, bf16, f16).
+//  - exp, tanh and erf are fp32 approximations on RVV (a few ulp; see
+//    vec_rvv.h) and the C library's functions in the portable layer.
 #pragma once
 
 #include "rvvk/detail/scalar.h"

@@ -94,6 +94,10 @@ struct F32 {
     for (std::size_t i = 0; i < vl; ++i) x.x[i] = std::tanh(x.x[i]);
     return x;
   }
+  static V erf(V x, std::size_t vl) {
+    for (std::size_t i = 0; i < vl; ++i) x.x[i] = std::erf(x.x[i]);
+    return x;
+  }
   template <class T>
   static V load(const T* p, std::size_t vl) {
     V r;
@@ -104,6 +108,21 @@ struct F32 {
   template <class T>
   static void store(T* p, V v, std::size_t vl) {
     for (std::size_t i = 0; i < vl; ++i) p[i] = scalar::from_f32<T>(v.x[i]);
+  }
+  template <class T>
+  static V load_strided(const T* p, std::ptrdiff_t stride, std::size_t vl) {
+    V r;
+    for (std::size_t i = 0; i < vl; ++i) {
+      r.x[i] = scalar::to_f32(p[static_cast<std::ptrdiff_t>(i) * stride]);
+    }
+    for (std::size_t i = vl; i < N; ++i) r.x[i] = 0.0f;
+    return r;
+  }
+  template <class T>
+  static void store_strided(T* p, std::ptrdiff_t stride, V v, std::size_t vl) {
+    for (std::size_t i = 0; i < vl; ++i) {
+      p[static_cast<std::ptrdiff_t>(i) * stride] = scalar::from_f32<T>(v.x[i]);
+    }
   }
 };
 

@@ -93,6 +93,39 @@ struct F32;
       Mask big = __riscv_vmfgt_vf_f32##M##_b##B(x, 40.0f, vl);                               \
       return __riscv_vfmerge_vfm_f32##M(t, 1.0f, big, vl);                                   \
     }                                                                                        \
+    /* erf(x) = x + x * P(x^2) for |x| <= 1, else sign(x) * (1 - exp(Q(min(|x|, 3.95) - */   \
+    /* 2.5))) with Q ~ log(erfc) (erf rounds to 1 beyond 3.95). P (degree 6) and Q */        \
+    /* (degree 8) are weighted-minimax fits; error < 2e-7 relative. NaN stays NaN. */        \
+    /* p * x + c: one Horner step. */                                                        \
+    static V poly_step(V p, V x, float c, std::size_t vl) {                                  \
+      return __riscv_vfmadd_vv_f32##M(p, x, __riscv_vfmv_v_f_f32##M(c, vl), vl);             \
+    }                                                                                        \
+    static V erf(V x, std::size_t vl) {                                                      \
+      const V a = __riscv_vfabs_v_f32##M(x, vl);                                             \
+      const V t = __riscv_vfmul_vv_f32##M(a, a, vl);                                         \
+      V p = __riscv_vfmv_v_f_f32##M(7.85386073e-05f, vl);                                    \
+      p = poly_step(p, t, -8.01019371e-04f, vl);                                             \
+      p = poly_step(p, t, 5.18832775e-03f, vl);                                              \
+      p = poly_step(p, t, -2.68538129e-02f, vl);                                             \
+      p = poly_step(p, t, 1.12835854e-01f, vl);                                              \
+      p = poly_step(p, t, -3.76126260e-01f, vl);                                             \
+      p = poly_step(p, t, 1.28379166e-01f, vl);                                              \
+      const V small = __riscv_vfmadd_vv_f32##M(p, a, a, vl);                                 \
+      const V u = __riscv_vfsub_vf_f32##M(__riscv_vfmin_vf_f32##M(a, 3.95f, vl), 2.5f, vl);  \
+      V q = __riscv_vfmv_v_f_f32##M(1.62011258e-06f, vl);                                    \
+      q = poly_step(q, u, -1.32878758e-05f, vl);                                             \
+      q = poly_step(q, u, 7.73762004e-05f, vl);                                              \
+      q = poly_step(q, u, -4.20217548e-04f, vl);                                             \
+      q = poly_step(q, u, 2.16517528e-03f, vl);                                              \
+      q = poly_step(q, u, -1.08584482e-02f, vl);                                             \
+      q = poly_step(q, u, -9.43893671e-01f, vl);                                             \
+      q = poly_step(q, u, -5.35268068e+00f, vl);                                             \
+      q = poly_step(q, u, -7.80681515e+00f, vl);                                             \
+      const V big = __riscv_vfrsub_vf_f32##M(exp(q, vl), 1.0f, vl);                          \
+      const Mask use_big = __riscv_vmfgt_vf_f32##M##_b##B(a, 1.0f, vl);                      \
+      const V r = __riscv_vmerge_vvm_f32##M(small, big, use_big, vl);                        \
+      return __riscv_vfsgnj_vv_f32##M(r, x, vl);                                             \
+    }                                                                                        \
     /* bf16: widen by shifting into the high half; narrow with RNE. */                       \
     static V widen_bf16(H16 h, std::size_t vl) {                                             \
       U u = __riscv_vsll_vx_u32##M(__riscv_vzext_vf2_u32##M(h, vl), 16, vl);                 \
@@ -161,6 +194,11 @@ struct F32;
     static V load(const T* p, std::size_t vl);                                               \
     template <class T>                                                                       \
     static void store(T* p, V v, std::size_t vl);                                            \
+    /* Strided access: element i at p[i * stride] (stride in elements, may be negative). */  \
+    template <class T>                                                                       \
+    static V load_strided(const T* p, std::ptrdiff_t stride, std::size_t vl);                \
+    template <class T>                                                                       \
+    static void store_strided(T* p, std::ptrdiff_t stride, V v, std::size_t vl);             \
   };                                                                                         \
   template <>                                                                                \
   inline F32<L>::V F32<L>::load<float>(const float* p, std::size_t vl) {                     \
@@ -201,6 +239,40 @@ struct F32;
   template <>                                                                                \
   inline void F32<L>::store<f16>(f16* p, V v, std::size_t vl) {                              \
     store_f16(reinterpret_cast<std::uint16_t*>(p), v, vl);                                   \
+  }                                                                                          \
+  template <>                                                                                \
+  inline F32<L>::V F32<L>::load_strided<float>(const float* p, std::ptrdiff_t stride,        \
+                                               std::size_t vl) {                             \
+    return __riscv_vlse32_v_f32##M(p, stride * 4, vl);                                       \
+  }                                                                                          \
+  template <>                                                                                \
+  inline F32<L>::V F32<L>::load_strided<bf16>(const bf16* p, std::ptrdiff_t stride,          \
+                                              std::size_t vl) {                              \
+    const auto* u = reinterpret_cast<const std::uint16_t*>(p);                               \
+    return widen_bf16(__riscv_vlse16_v_u16##H(u, stride * 2, vl), vl);                       \
+  }                                                                                          \
+  template <>                                                                                \
+  inline F32<L>::V F32<L>::load_strided<f16>(const f16* p, std::ptrdiff_t stride,            \
+                                             std::size_t vl) {                               \
+    const auto* u = reinterpret_cast<const std::uint16_t*>(p);                               \
+    return widen_f16(__riscv_vlse16_v_u16##H(u, stride * 2, vl), vl);                        \
+  }                                                                                          \
+  template <>                                                                                \
+  inline void F32<L>::store_strided<float>(float* p, std::ptrdiff_t stride, V v,             \
+                                           std::size_t vl) {                                 \
+    __riscv_vsse32_v_f32##M(p, stride * 4, v, vl);                                           \
+  }                                                                                          \
+  template <>                                                                                \
+  inline void F32<L>::store_strided<bf16>(bf16* p, std::ptrdiff_t stride, V v,               \
+                                          std::size_t vl) {                                  \
+    __riscv_vsse16_v_u16##H(reinterpret_cast<std::uint16_t*>(p), stride * 2,                 \
+                            narrow_bf16(v, vl), vl);                                         \
+  }                                                                                          \
+  template <>                                                                                \
+  inline void F32<L>::store_strided<f16>(f16* p, std::ptrdiff_t stride, V v,                 \
+                                         std::size_t vl) {                                   \
+    __riscv_vsse16_v_u16##H(reinterpret_cast<std::uint16_t*>(p), stride * 2,                 \
+                            narrow_f16(v, vl), vl);                                          \
   }
 
 #if defined(__riscv_zvfh)
@@ -208,6 +280,9 @@ struct F32;
 #define RVVK_F32_F16_OPS(M, H)                                                           \
   static V widen_f16(H16 h, std::size_t vl) {                                                \
     return __riscv_vfwcvt_f_f_v_f32##M(__riscv_vreinterpret_v_u16##H##_f16##H(h), vl);       \
+  }                                                                                          \
+  static H16 narrow_f16(V v, std::size_t vl) {                                               \
+    return __riscv_vreinterpret_v_f16##H##_u16##H(__riscv_vfncvt_f_f_w_f16##H(v, vl));       \
   }                                                                                          \
   static V load_f16(const std::uint16_t* p, std::size_t vl) {                            \
     return __riscv_vfwcvt_f_f_v_f32##M(                                                  \
@@ -220,6 +295,7 @@ struct F32;
 #else
 #define RVVK_F32_F16_OPS(M, H)                                                           \
   static V widen_f16(H16 h, std::size_t vl) { return widen_f16_int(h, vl); }                 \
+  static H16 narrow_f16(V v, std::size_t vl) { return narrow_f16_int(v, vl); }               \
   static V load_f16(const std::uint16_t* p, std::size_t vl) {                            \
     return widen_f16_int(__riscv_vle16_v_u16##H(p, vl), vl);                             \
   }                                                                                      \

@@ -1,0 +1,229 @@
+// Benchmark driver: runs one named kernel case a given number of times after
+// setting it up. tools/bench_kernels.py runs it under QEMU with the
+// instruction-counting plugin for two repetition counts and takes the
+// difference, so set-up, process start-up and first-call effects cancel out.
+//
+// Usage: rvvk_bench CASE REPS     (rvvk_bench --list prints the cases)
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "rvvk/rvvk.h"
+
+namespace {
+
+using rvvk::DType;
+
+// Deterministic pseudo-random fill (xorshift), values in [-1, 1).
+struct Rng {
+  std::uint64_t s = 0x9E3779B97F4A7C15ull;
+  float next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return static_cast<float>(static_cast<std::int64_t>(s >> 40) - (1 << 23)) / (1 << 23);
+  }
+};
+
+std::vector<std::uint16_t> random_bf16(std::size_t n, Rng& rng) {
+  std::vector<float> f(n);
+  for (float& x : f) x = rng.next();
+  std::vector<std::uint16_t> out(n);
+  rvvk::convert(DType::kF32, f.data(), DType::kBF16, out.data(), static_cast<std::int64_t>(n));
+  return out;
+}
+
+// A Qwen2.5-1.5B attention layer: 12 query heads, 2 KV heads, head size 128.
+constexpr std::int64_t kHq = 12, kHkv = 2, kD = 128;
+
+struct Case {
+  const char* kernel;
+  std::function<std::function<void()>()> setup;  // returns the call to repeat
+};
+
+std::function<void()> decode_case() {
+  // 4 requests, 1024 cached tokens + the new one each, cache rows shuffled by a stride.
+  constexpr std::int64_t B = 4, L = 1025, S = 8, T = B * L;
+  static Rng rng;
+  static auto q = random_bf16(B * kHq * kD, rng);
+  static auto k = random_bf16(T * kHkv * kD, rng);
+  static auto v = random_bf16(T * kHkv * kD, rng);
+  static std::vector<std::uint16_t> o(B * kHq * kD);
+  static std::vector<std::int32_t> r2t(B * L);
+  for (std::int64_t i = 0; i < B * L; ++i) r2t[i] = static_cast<std::int32_t>((i * 7919) % T);
+  static std::vector<std::int64_t> pool = {0, 1, 2, 3}, lens = {L, L, L, L};
+  static std::vector<float> partial(B * kHq * S * (kD + 1));
+  static rvvk::DecodeAttentionArgs a;
+  a.batch = B;
+  a.num_heads = kHq;
+  a.num_kv_heads = kHkv;
+  a.head_dim = a.head_dim_v = kD;
+  a.num_splits = S;
+  a.q_dtype = a.o_dtype = DType::kBF16;
+  a.q = q.data();
+  a.q_stride_b = kHq * kD;
+  a.q_stride_h = kD;
+  a.cache.dtype = DType::kBF16;
+  a.cache.k = k.data();
+  a.cache.v = v.data();
+  a.cache.k_stride_t = a.cache.v_stride_t = kHkv * kD;
+  a.cache.k_stride_h = a.cache.v_stride_h = kD;
+  a.cache.req_to_token = r2t.data();
+  a.cache.req_to_token_stride = L;
+  a.req_pool_indices = pool.data();
+  a.seq_lens = lens.data();
+  a.o = o.data();
+  a.o_stride_b = kHq * kD;
+  a.o_stride_h = kD;
+  a.partial = partial.data();
+  a.sm_scale = 0.08838834764831845f;
+  return [] {
+    rvvk::decode_attention_partial(a, 0, rvvk::decode_attention_partial_tasks(a));
+    rvvk::decode_attention_merge(a, 0, rvvk::decode_attention_merge_tasks(a));
+  };
+}
+
+std::function<void()> extend_case() {
+  // 1 request: 256 new tokens on a 256-token prefix.
+  constexpr std::int64_t P = 256, E = 256, L = P + E;
+  static Rng rng;
+  static auto q = random_bf16(E * kHq * kD, rng);
+  static auto kn = random_bf16(E * kHkv * kD, rng);
+  static auto vn = random_bf16(E * kHkv * kD, rng);
+  static auto kc = random_bf16(L * kHkv * kD, rng);
+  static auto vc = random_bf16(L * kHkv * kD, rng);
+  static std::vector<std::uint16_t> o(E * kHq * kD);
+  static std::vector<std::int32_t> r2t(L);
+  for (std::int64_t i = 0; i < L; ++i) r2t[i] = static_cast<std::int32_t>((i * 131) % L);
+  static std::vector<std::int64_t> pool = {0}, lens = {L}, ext = {E}, start = {0};
+  static rvvk::ExtendAttentionArgs a;
+  a.batch = 1;
+  a.num_heads = kHq;
+  a.num_kv_heads = kHkv;
+  a.head_dim = a.head_dim_v = kD;
+  a.max_extend_len = E;
+  a.dtype = DType::kBF16;
+  a.q = q.data();
+  a.q_stride_t = kHq * kD;
+  a.q_stride_h = kD;
+  a.k = kn.data();
+  a.v = vn.data();
+  a.k_stride_t = a.v_stride_t = kHkv * kD;
+  a.k_stride_h = a.v_stride_h = kD;
+  a.o = o.data();
+  a.o_stride_t = kHq * kD;
+  a.o_stride_h = kD;
+  a.cache.dtype = DType::kBF16;
+  a.cache.k = kc.data();
+  a.cache.v = vc.data();
+  a.cache.k_stride_t = a.cache.v_stride_t = kHkv * kD;
+  a.cache.k_stride_h = a.cache.v_stride_h = kD;
+  a.cache.req_to_token = r2t.data();
+  a.cache.req_to_token_stride = L;
+  a.req_pool_indices = pool.data();
+  a.seq_lens = lens.data();
+  a.extend_seq_lens = ext.data();
+  a.extend_start_loc = start.data();
+  a.sm_scale = 0.08838834764831845f;
+  a.causal = true;
+  return [] { rvvk::extend_attention(a, 0, rvvk::extend_attention_tasks(a)); };
+}
+
+std::function<void()> rmsnorm_case() {
+  // One token of Qwen2.5-1.5B's hidden size.
+  constexpr std::int64_t N = 1536;
+  static Rng rng;
+  static auto x = random_bf16(N, rng);
+  static auto w = random_bf16(N, rng);
+  static std::vector<std::uint16_t> out(N);
+  return [] {
+    rvvk::rmsnorm(DType::kBF16, out.data(), N, x.data(), N, w.data(), 1, N, 1e-6f, 0.0f);
+  };
+}
+
+std::function<void()> silu_and_mul_case() {
+  // One token of Qwen2.5-1.5B's MLP: gate_up [2 x 8960] -> [8960].
+  constexpr std::int64_t D = 8960;
+  static Rng rng;
+  static auto x = random_bf16(2 * D, rng);
+  static std::vector<std::uint16_t> out(D);
+  return [] {
+    rvvk::act_and_mul(rvvk::Activation::kSilu, DType::kBF16, out.data(), D, x.data(), 2 * D, 1,
+                      D);
+  };
+}
+
+std::function<void()> rope_case() {
+  // One decode token: 12 query heads and 2 KV heads of 128, full rotary, neox, bf16 cos/sin
+  // table (SGLang converts it to the query's dtype), new outputs like rvv-ops' op.
+  constexpr std::int64_t kMaxPos = 4096;
+  static Rng rng;
+  static auto q = random_bf16(kHq * kD, rng);
+  static auto k = random_bf16(kHkv * kD, rng);
+  static auto cache = random_bf16(kMaxPos * kD, rng);
+  static std::vector<std::uint16_t> q_out(q.size()), k_out(k.size());
+  static std::vector<std::int64_t> pos = {1234};
+  static rvvk::RotaryArgs qa, ka;
+  for (auto [a, x, out, heads] :
+       {std::tuple{&qa, &q, &q_out, kHq}, std::tuple{&ka, &k, &k_out, kHkv}}) {
+    a->heads = heads;
+    a->head_size = a->rotary_dim = kD;
+    a->neox = true;
+    a->dtype = a->cache_dtype = DType::kBF16;
+    a->x = x->data();
+    a->out = out->data();
+    a->x_stride_t = a->out_stride_t = heads * kD;
+    a->x_stride_h = a->out_stride_h = kD;
+    a->cos_sin_cache = cache.data();
+    a->cache_stride = kD;
+    a->positions = pos.data();
+  }
+  return [] {
+    rvvk::rotary_embedding(qa, 0, 1);
+    rvvk::rotary_embedding(ka, 0, 1);
+  };
+}
+
+const std::map<std::string, Case>& cases() {
+  static const std::map<std::string, Case> c = {
+      {"decode_bf16_qwen2.5-1.5b", {"decode_attention", decode_case}},
+      {"extend_bf16_qwen2.5-1.5b", {"extend_attention", extend_case}},
+      {"rmsnorm_bf16_1536", {"rmsnorm", rmsnorm_case}},
+      {"silu_and_mul_bf16_8960", {"act_and_mul", silu_and_mul_case}},
+      {"rope_neox_bf16_qwen2.5-1.5b", {"rotary_embedding", rope_case}},
+  };
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--list") == 0) {
+    for (const auto& [name, c] : cases()) std::printf("%s %s\n", name.c_str(), c.kernel);
+    return 0;
+  }
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s CASE REPS | --list\n", argv[0]);
+    return 2;
+  }
+  const auto it = cases().find(argv[1]);
+  if (it == cases().end()) {
+    std::fprintf(stderr, "unknown case %s (see --list)\n", argv[1]);
+    return 2;
+  }
+  if (*rvvk::variant_error()) {
+    std::fprintf(stderr, "%s\n", rvvk::variant_error());
+    return 2;
+  }
+  const int reps = std::atoi(argv[2]);
+  const std::function<void()> call = it->second.setup();
+  for (int r = 0; r < reps; ++r) call();
+  std::printf("%s variant=%s reps=%d\n", argv[1], rvvk::active_variant(), reps);
+  return 0;
+}

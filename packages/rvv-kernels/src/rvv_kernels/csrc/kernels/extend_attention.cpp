@@ -1,0 +1,604 @@
+// Extend (prefill) attention over SGLang's indexed KV cache plus the new
+// tokens' own K/V (see ExtendAttentionArgs).
+//
+// One task = (request, KV head, block of up to kExtendBlockM query tokens). All
+// query heads of the KV head's group are handled together: the task's query
+// rows are the (token, head) pairs qr = token * group + head, up to 32 x group,
+// so each K and V row is read and converted once per task and key block.
+// Tiled online softmax (flash-attention style), no full score matrix; per
+// block of kBlockN key positions (the prefix from the cache through
+// req_to_token, then the new tokens; positions no query row of the task sees
+// under causality / the window are skipped):
+//  - K and V rows -> fp32 with their scales folded in (fp8 per tensor, int8 per
+//    token and KV head).
+//  - scores s[j][qr] into a kBlockN x rows tile. Normally q is converted once
+//    per task, scaled by sm_scale and stored transposed, qt[d][qr], and the
+//    scores of three keys are vectors over the query rows accumulated along d
+//    with the key elements as scalars (LMUL 8; when the rows span several
+//    vectors, the key elements of 8 dimensions stay in scalar registers for all
+//    of them). Tasks with few query rows (short extends) use dot products
+//    along the head dimension instead (use_transposed_q).
+//  - logit cap, then masks: kMasked into the rows that must not see a key
+//    (causal, window); the visible rows of a key are contiguous.
+//  - online softmax with the running max / sum as vectors over the query rows
+//    (vector exp; masked scores give exactly 0, a row that saw no key yet keeps
+//    m = kMinit, l = 0, never NaN).
+//  - P.V: o[qr][:] = o[qr][:] * alpha[qr] + sum_j p[j][qr] * v_j[:], vectors
+//    along the head dimension, three query rows sharing each V load.
+// Finally o / l (the sink, if any, joins the denominator) in the output dtype.
+// Tasks share no mutable state (thread_local scratch), so results do not depend
+// on how tasks are spread over calls or threads.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "rvvk/detail/vec.h"
+#include "rvvk/rvvk.h"
+
+namespace rvvk::RVVK_NS {
+namespace {
+
+using FM = vec::F32<8>;  // the two matrix products: longest vectors, 3 accumulators
+using FS = vec::F32<4>;  // tanh (more live registers)
+using FE = vec::F32<4>;  // exp
+using FD = vec::F32<4>;  // dot products along the head dimension (few query rows)
+
+constexpr std::int64_t kBlockM = kExtendBlockM;  // query tokens per task
+constexpr std::int64_t kBlockN = 64;             // keys per block
+// Masked scores; the running max starts at kMinit > kMasked, so a masked
+// score minus any max is < -87.3 and exp gives exactly 0.
+constexpr float kMasked = -1e30f;
+constexpr float kMinit = -1e29f;
+constexpr int kKeys = 3;  // keys per pass of qk_keys
+constexpr int kRows = 3;  // query rows per pass of pv_rows
+
+struct Scratch {
+  std::vector<float> qt, s, o, kc, vc, m, l, alpha, tmp;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+template <class T>
+const T* at(const void* base, std::int64_t offset) {
+  return static_cast<const T*>(base) + offset;
+}
+
+std::int64_t cache_row(const KvCache& c, std::int64_t req, std::int64_t pos) {
+  const std::int64_t i = req * c.req_to_token_stride + pos;
+  return c.req_to_token_int64 ? static_cast<const std::int64_t*>(c.req_to_token)[i]
+                              : static_cast<const std::int32_t*>(c.req_to_token)[i];
+}
+
+// A compiler barrier between the unrolled steps of the matrix products. With
+// three LMUL-8 accumulators and the step's operand all 32 vector registers are
+// in use, yet the scheduler likes to start the next step's load early, which
+// spills. The compiler re-issues vsetvli after the (empty) asm, and that
+// vsetvli orders the steps: one instruction per step, far cheaper than a spill.
+inline void step_barrier() { asm volatile("" ::: "memory"); }
+
+// dst[0, n) = src[0, n) * scale in fp32.
+template <class T>
+void convert_row(float* dst, const T* src, std::int64_t n, float scale) {
+  for (std::int64_t i = 0; i < n;) {
+    const std::size_t vl = FM::setvl(static_cast<std::size_t>(n - i));
+    FM::store(dst + i, FM::mul(FM::load(src + i, vl), scale, vl), vl);
+    i += static_cast<std::int64_t>(vl);
+  }
+}
+
+void fill_row(float* dst, std::int64_t n, float x) {
+  for (std::int64_t i = 0; i < n;) {
+    const std::size_t vl = FM::setvl(static_cast<std::size_t>(n - i));
+    FM::store(dst + i, FM::splat(x, vl), vl);
+    i += static_cast<std::int64_t>(vl);
+  }
+}
+
+// s[k][c] = sum_d kc[k][d] * qt[d][c] for the NK keys at kc (rows of `dim`)
+// and the query rows c in [c0, c0 + vl); qt and s have rows of `nqr`. Each qt
+// load feeds NK multiply-adds; the key elements are scalars.
+template <int NK>
+inline void qk_keys(const float* qt, std::int64_t nqr, std::int64_t dim, const float* kc,
+                    float* s, std::int64_t c0, std::size_t vl) {
+  const float* k0 = kc;
+  const float* k1 = kc + dim;
+  const float* k2 = kc + 2 * dim;
+  const float* q = qt + c0;
+  FM::V x = FM::load(q, vl);
+  FM::V a0 = FM::mul(x, k0[0], vl), a1 = a0, a2 = a0;
+  if constexpr (NK > 1) a1 = FM::mul(x, k1[0], vl);
+  if constexpr (NK > 2) a2 = FM::mul(x, k2[0], vl);
+  auto step = [&](const float* qp, std::int64_t i) {
+    const FM::V y = FM::load(qp, vl);
+    a0 = FM::fmacc(a0, k0[i], y, vl);
+    if constexpr (NK > 1) a1 = FM::fmacc(a1, k1[i], y, vl);
+    if constexpr (NK > 2) a2 = FM::fmacc(a2, k2[i], y, vl);
+    step_barrier();
+  };
+  std::int64_t d = 1;
+  q += nqr;
+  for (; d + 4 <= dim; d += 4) {
+    const float* qa = q;
+    const float* qb = qa + nqr;
+    const float* qc = qb + nqr;
+    const float* qd = qc + nqr;
+    step(qa, d);
+    step(qb, d + 1);
+    step(qc, d + 2);
+    step(qd, d + 3);
+    q = qd + nqr;
+  }
+  for (; d < dim; ++d, q += nqr) step(q, d);
+  FM::store(s + c0, a0, vl);
+  if constexpr (NK > 1) FM::store(s + nqr + c0, a1, vl);
+  if constexpr (NK > 2) FM::store(s + 2 * nqr + c0, a2, vl);
+}
+
+// The same for all query rows when they span several vectors: the keys'
+// elements of a tile of kTileD dimensions are loaded once into scalar
+// registers and reused for every vector of query rows; partial sums go
+// through s.
+constexpr std::int64_t kTileD = 8;
+template <int NK>
+inline void qk_keys_tiled(const float* qt, std::int64_t nqr, std::int64_t dim, const float* kc,
+                          float* s) {
+  const float* k0 = kc;
+  const float* k1 = kc + dim;
+  const float* k2 = kc + 2 * dim;
+  float* s0 = s;
+  float* s1 = s + nqr;
+  float* s2 = s + 2 * nqr;
+  std::int64_t d0 = 0;
+  for (; d0 + kTileD <= dim; d0 += kTileD) {
+    float x0[kTileD], x1[kTileD], x2[kTileD];
+    for (int i = 0; i < kTileD; ++i) {
+      x0[i] = k0[d0 + i];
+      x1[i] = NK > 1 ? k1[d0 + i] : 0.0f;
+      x2[i] = NK > 2 ? k2[d0 + i] : 0.0f;
+    }
+    for (std::int64_t c = 0; c < nqr;) {
+      const std::size_t vl = FM::setvl(static_cast<std::size_t>(nqr - c));
+      FM::V a0, a1, a2;
+      if (d0 == 0) {
+        a0 = a1 = a2 = FM::splat(0.0f, vl);
+      } else {
+        a0 = a1 = a2 = FM::load(s0 + c, vl);
+        if constexpr (NK > 1) a1 = FM::load(s1 + c, vl);
+        if constexpr (NK > 2) a2 = FM::load(s2 + c, vl);
+      }
+      const float* q = qt + d0 * nqr + c;
+      auto step = [&](int i) {
+        const FM::V y = FM::load(q, vl);
+        a0 = FM::fmacc(a0, x0[i], y, vl);
+        if constexpr (NK > 1) a1 = FM::fmacc(a1, x1[i], y, vl);
+        if constexpr (NK > 2) a2 = FM::fmacc(a2, x2[i], y, vl);
+        q += nqr;
+        step_barrier();
+      };
+      static_assert(kTileD == 8, "the steps below");
+      step(0);
+      step(1);
+      step(2);
+      step(3);
+      step(4);
+      step(5);
+      step(6);
+      step(7);
+      FM::store(s0 + c, a0, vl);
+      if constexpr (NK > 1) FM::store(s1 + c, a1, vl);
+      if constexpr (NK > 2) FM::store(s2 + c, a2, vl);
+      c += static_cast<std::int64_t>(vl);
+    }
+  }
+  if (d0 == dim) return;
+  for (std::int64_t c = 0; c < nqr;) {  // the remaining dimensions, scalars from memory
+    const std::size_t vl = FM::setvl(static_cast<std::size_t>(nqr - c));
+    FM::V a0, a1, a2;
+    if (d0 == 0) {
+      a0 = a1 = a2 = FM::splat(0.0f, vl);
+    } else {
+      a0 = a1 = a2 = FM::load(s0 + c, vl);
+      if constexpr (NK > 1) a1 = FM::load(s1 + c, vl);
+      if constexpr (NK > 2) a2 = FM::load(s2 + c, vl);
+    }
+    const float* q = qt + d0 * nqr + c;
+    for (std::int64_t d = d0; d < dim; ++d, q += nqr) {
+      const FM::V y = FM::load(q, vl);
+      a0 = FM::fmacc(a0, k0[d], y, vl);
+      if constexpr (NK > 1) a1 = FM::fmacc(a1, k1[d], y, vl);
+      if constexpr (NK > 2) a2 = FM::fmacc(a2, k2[d], y, vl);
+      step_barrier();
+    }
+    FM::store(s0 + c, a0, vl);
+    if constexpr (NK > 1) FM::store(s1 + c, a1, vl);
+    if constexpr (NK > 2) FM::store(s2 + c, a2, vl);
+    c += static_cast<std::int64_t>(vl);
+  }
+}
+
+// Scores of the block's nb keys (fp32 rows kc) for all nqr query rows.
+void qk_block(const float* qt, std::int64_t nqr, std::int64_t dim, const float* kc,
+              std::int64_t nb, float* s) {
+  if (nqr > static_cast<std::int64_t>(FM::vlmax())) {
+    std::int64_t j = 0;
+    for (; j + kKeys <= nb; j += kKeys)
+      qk_keys_tiled<kKeys>(qt, nqr, dim, kc + j * dim, s + j * nqr);
+    if (nb - j == 2) qk_keys_tiled<2>(qt, nqr, dim, kc + j * dim, s + j * nqr);
+    if (nb - j == 1) qk_keys_tiled<1>(qt, nqr, dim, kc + j * dim, s + j * nqr);
+    return;
+  }
+  const std::size_t vl = FM::setvl(static_cast<std::size_t>(nqr));
+  std::int64_t j = 0;
+  for (; j + kKeys <= nb; j += kKeys)
+    qk_keys<kKeys>(qt, nqr, dim, kc + j * dim, s + j * nqr, 0, vl);
+  if (nb - j == 2) qk_keys<2>(qt, nqr, dim, kc + j * dim, s + j * nqr, 0, vl);
+  if (nb - j == 1) qk_keys<1>(qt, nqr, dim, kc + j * dim, s + j * nqr, 0, vl);
+}
+
+// Scores by dot products along the head dimension, for tasks with few query
+// rows (short extends, where a vector over the query rows would be short):
+// s[r] = qn[r] . k for the NR rows at qn (rows of `dim`), one K load per
+// vector shared by the rows, then one reduction per row. (Three rows: the K
+// vector, three q vectors and three accumulators fit the LMUL-4 registers
+// even when the scheduler starts all loads first.)
+template <int NR>
+inline void qk_dot_rows(const float* qn, std::int64_t dim, const float* k, float* s) {
+  const std::size_t vlmax = FD::vlmax();
+  FD::V a0 = FD::splat(0.0f, vlmax), a1 = a0, a2 = a0;
+  // Whole vectors tail-agnostic, a last partial one tail-undisturbed (its
+  // lanes past vl keep earlier sums for the reduction over vlmax lanes).
+  std::int64_t i = 0;
+  for (; i + static_cast<std::int64_t>(vlmax) <= dim; i += static_cast<std::int64_t>(vlmax)) {
+    const FD::V kv = FD::load(k + i, vlmax);
+    a0 = FD::fmacc(a0, kv, FD::load(qn + i, vlmax), vlmax);
+    if constexpr (NR > 1) a1 = FD::fmacc(a1, kv, FD::load(qn + dim + i, vlmax), vlmax);
+    if constexpr (NR > 2) a2 = FD::fmacc(a2, kv, FD::load(qn + 2 * dim + i, vlmax), vlmax);
+  }
+  if (i < dim) {
+    const std::size_t vl = FD::setvl(static_cast<std::size_t>(dim - i));
+    const FD::V kv = FD::load(k + i, vl);
+    a0 = FD::fmacc_tu(a0, kv, FD::load(qn + i, vl), vl);
+    if constexpr (NR > 1) a1 = FD::fmacc_tu(a1, kv, FD::load(qn + dim + i, vl), vl);
+    if constexpr (NR > 2) a2 = FD::fmacc_tu(a2, kv, FD::load(qn + 2 * dim + i, vl), vl);
+  }
+  s[0] = FD::reduce_sum(a0, vlmax);
+  if constexpr (NR > 1) s[1] = FD::reduce_sum(a1, vlmax);
+  if constexpr (NR > 2) s[2] = FD::reduce_sum(a2, vlmax);
+}
+
+void qk_dot_block(const float* qn, std::int64_t nqr, std::int64_t dim, const float* kc,
+                  std::int64_t nb, float* s) {
+  for (std::int64_t j = 0; j < nb; ++j) {
+    const float* k = kc + j * dim;
+    float* row = s + j * nqr;
+    std::int64_t r = 0;
+    for (; r + 3 <= nqr; r += 3) qk_dot_rows<3>(qn + r * dim, dim, k, row + r);
+    if (nqr - r == 2) qk_dot_rows<2>(qn + r * dim, dim, k, row + r);
+    if (nqr - r == 1) qk_dot_rows<1>(qn + r * dim, dim, k, row + r);
+  }
+}
+
+// o[r][c0, c0 + vl) = o[r][...] * alpha[r] + sum_j p[j][r] * vc[j][...] for
+// the NR query rows r at o (rows of dim_v); p has rows of `nqr`. Each V load
+// feeds NR multiply-adds; the probabilities are scalars.
+template <int NR>
+inline void pv_rows(float* o, std::int64_t dim_v, const float* alpha, const float* p,
+                    std::int64_t nqr, const float* vc, std::int64_t nb, std::int64_t c0,
+                    std::size_t vl) {
+  float* o0 = o + c0;
+  float* o1 = o0 + dim_v;
+  float* o2 = o1 + dim_v;
+  FM::V a0 = FM::mul(FM::load(o0, vl), alpha[0], vl), a1 = a0, a2 = a0;
+  if constexpr (NR > 1) a1 = FM::mul(FM::load(o1, vl), alpha[1], vl);
+  if constexpr (NR > 2) a2 = FM::mul(FM::load(o2, vl), alpha[2], vl);
+  auto step = [&](const float* pp, const float* vp) {
+    const FM::V x = FM::load(vp, vl);
+    a0 = FM::fmacc(a0, pp[0], x, vl);
+    if constexpr (NR > 1) a1 = FM::fmacc(a1, pp[1], x, vl);
+    if constexpr (NR > 2) a2 = FM::fmacc(a2, pp[2], x, vl);
+    step_barrier();
+  };
+  const float* pp = p;
+  const float* vp = vc + c0;
+  std::int64_t j = 0;
+  for (; j + 4 <= nb; j += 4) {
+    const float* pb = pp + nqr;
+    const float* pc = pb + nqr;
+    const float* pd = pc + nqr;
+    const float* vb = vp + dim_v;
+    const float* vc2 = vb + dim_v;
+    const float* vd = vc2 + dim_v;
+    step(pp, vp);
+    step(pb, vb);
+    step(pc, vc2);
+    step(pd, vd);
+    pp = pd + nqr;
+    vp = vd + dim_v;
+  }
+  for (; j < nb; ++j, pp += nqr, vp += dim_v) step(pp, vp);
+  FM::store(o0, a0, vl);
+  if constexpr (NR > 1) FM::store(o1, a1, vl);
+  if constexpr (NR > 2) FM::store(o2, a2, vl);
+}
+
+void pv_block(float* o, std::int64_t dim_v, const float* alpha, const float* p,
+              std::int64_t nqr, const float* vc, std::int64_t nb) {
+  for (std::int64_t c = 0; c < dim_v;) {
+    const std::size_t vl = FM::setvl(static_cast<std::size_t>(dim_v - c));
+    std::int64_t r = 0;
+    for (; r + kRows <= nqr; r += kRows)
+      pv_rows<kRows>(o + r * dim_v, dim_v, alpha + r, p + r, nqr, vc, nb, c, vl);
+    if (nqr - r == 2) pv_rows<2>(o + r * dim_v, dim_v, alpha + r, p + r, nqr, vc, nb, c, vl);
+    if (nqr - r == 1) pv_rows<1>(o + r * dim_v, dim_v, alpha + r, p + r, nqr, vc, nb, c, vl);
+    c += static_cast<std::int64_t>(vl);
+  }
+}
+
+// s[j][:] = cap * tanh(s[j][:] / cap) for the block's nb x nqr scores.
+void cap_block(float* s, std::int64_t n, float cap) {
+  const float inv = 1.0f / cap;
+  for (std::int64_t i = 0; i < n;) {
+    const std::size_t vl = FS::setvl(static_cast<std::size_t>(n - i));
+    FS::store(s + i, FS::mul(FS::tanh(FS::mul(FS::load(s + i, vl), inv, vl), vl), cap, vl), vl);
+    i += static_cast<std::int64_t>(vl);
+  }
+}
+
+// x[0, n) = exp(x[0, n) - sub[0, n)) (sub may be null).
+void exp_row(float* x, std::int64_t n, const float* sub) {
+  for (std::int64_t i = 0; i < n;) {
+    const std::size_t vl = FE::setvl(static_cast<std::size_t>(n - i));
+    FE::V v = FE::load(x + i, vl);
+    if (sub) v = FE::sub(v, FE::load(sub + i, vl), vl);
+    FE::store(x + i, FE::exp(v, vl), vl);
+    i += static_cast<std::int64_t>(vl);
+  }
+}
+
+// Online softmax over the block, vectorised over query rows: s becomes the
+// unnormalised probabilities, m / l the running max / sum, alpha the factor
+// for the rows' earlier accumulators. The exp pass strip-mines each row of s
+// on its own (a fresh setvl per strip keeps exp's constants in the loop
+// instead of hoisted and spilled).
+void softmax_block(float* s, std::int64_t nqr, std::int64_t nb, float* m, float* l,
+                   float* alpha) {
+  for (std::int64_t c = 0; c < nqr;) {
+    const std::size_t vl = FM::setvl(static_cast<std::size_t>(nqr - c));
+    const FM::V m_old = FM::load(m + c, vl);
+    FM::V mx = m_old;
+    const float* row = s + c;
+    for (std::int64_t j = 0; j < nb; ++j, row += nqr) mx = FM::max(mx, FM::load(row, vl), vl);
+    FM::store(m + c, mx, vl);
+    FM::store(alpha + c, FM::sub(m_old, mx, vl), vl);
+    c += static_cast<std::int64_t>(vl);
+  }
+  exp_row(alpha, nqr, nullptr);
+  for (std::int64_t j = 0; j < nb; ++j) exp_row(s + j * nqr, nqr, m);
+  for (std::int64_t c = 0; c < nqr;) {
+    const std::size_t vl = FM::setvl(static_cast<std::size_t>(nqr - c));
+    FM::V sum = FM::mul(FM::load(l + c, vl), FM::load(alpha + c, vl), vl);
+    const float* row = s + c;
+    for (std::int64_t j = 0; j < nb; ++j, row += nqr) sum = FM::add(sum, FM::load(row, vl), vl);
+    FM::store(l + c, sum, vl);
+    c += static_cast<std::int64_t>(vl);
+  }
+}
+
+// Whether the task computes its scores with q transposed (vectors over the
+// query rows) rather than by dot products along the head dimension. Measured
+// instruction counts (D = 128): the dot products cost about (13 + 6.5 c) per
+// query row and key, c = vectors per head row at LMUL 4; the transposed form
+// about 3.5 D per key for up to a vector of rows. Crossover at VLEN 256 about
+// 13 rows, at VLEN 1024 about 29.
+bool use_transposed_q(std::int64_t nqr, std::int64_t dim) {
+  const std::int64_t c = (dim + static_cast<std::int64_t>(FD::vlmax()) - 1) /
+                         static_cast<std::int64_t>(FD::vlmax());
+  return nqr * (2 + c) * 8 >= 5 * dim;
+}
+
+template <class T, class TKV>
+void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
+  const std::int64_t hkv = a.num_kv_heads;
+  const std::int64_t mblocks = (a.max_extend_len + kBlockM - 1) / kBlockM;
+  const std::int64_t b = task / (hkv * mblocks);
+  const std::int64_t kvh = (task / mblocks) % hkv;
+  const std::int64_t m0 = (task % mblocks) * kBlockM;
+  const std::int64_t ext = a.extend_seq_lens[b];
+  if (m0 >= ext) return;
+  const std::int64_t rows = std::min(kBlockM, ext - m0);
+  const std::int64_t len = a.seq_lens[b];
+  const std::int64_t prefix = len - ext;
+  const std::int64_t start = a.extend_start_loc[b];
+  const std::int64_t group = a.num_heads / hkv;
+  const std::int64_t nqr = rows * group;
+  const std::int64_t dim = a.head_dim, dim_v = a.head_dim_v;
+  const std::int64_t window = a.window;
+
+  Scratch& sc = scratch();
+  sc.qt.resize(static_cast<std::size_t>(dim * nqr));
+  sc.s.resize(static_cast<std::size_t>(kBlockN * nqr));
+  sc.o.assign(static_cast<std::size_t>(nqr * dim_v), 0.0f);
+  sc.kc.resize(static_cast<std::size_t>(kBlockN * dim));
+  sc.vc.resize(static_cast<std::size_t>(kBlockN * dim_v));
+  sc.m.assign(static_cast<std::size_t>(nqr), kMinit);
+  sc.l.assign(static_cast<std::size_t>(nqr), 0.0f);
+  sc.alpha.resize(static_cast<std::size_t>(nqr));
+  sc.tmp.resize(static_cast<std::size_t>(4 * dim));
+
+  // q rows -> fp32 * sm_scale: in rows qn[qr][d] for the dot-product path,
+  // else transposed into qt[d][qr], four rows at a time.
+  const bool transposed = use_transposed_q(nqr, dim);
+  auto q_row = [&](std::int64_t r) {
+    return at<T>(a.q, (start + m0 + r / group) * a.q_stride_t +
+                          (kvh * group + r % group) * a.q_stride_h);
+  };
+  float* qt = sc.qt.data();
+  if (!transposed) {
+    for (std::int64_t r = 0; r < nqr; ++r) convert_row(qt + r * dim, q_row(r), dim, a.sm_scale);
+  }
+  float* tmp = sc.tmp.data();
+  for (std::int64_t r0 = 0; transposed && r0 < nqr; r0 += 4) {
+    const std::int64_t n = std::min<std::int64_t>(4, nqr - r0);
+    for (std::int64_t k = 0; k < n; ++k) convert_row(tmp + k * dim, q_row(r0 + k), dim, a.sm_scale);
+    if (n == 4) {
+      const float* t0 = tmp;
+      const float* t1 = tmp + dim;
+      const float* t2 = tmp + 2 * dim;
+      const float* t3 = tmp + 3 * dim;
+      float* dst = qt + r0;
+      std::int64_t d = 0;
+      for (; d + 4 <= dim; d += 4) {  // 4 x 4 tiles
+        float* e0 = dst;
+        float* e1 = e0 + nqr;
+        float* e2 = e1 + nqr;
+        float* e3 = e2 + nqr;
+        const float x00 = t0[d], x01 = t0[d + 1], x02 = t0[d + 2], x03 = t0[d + 3];
+        const float x10 = t1[d], x11 = t1[d + 1], x12 = t1[d + 2], x13 = t1[d + 3];
+        const float x20 = t2[d], x21 = t2[d + 1], x22 = t2[d + 2], x23 = t2[d + 3];
+        const float x30 = t3[d], x31 = t3[d + 1], x32 = t3[d + 2], x33 = t3[d + 3];
+        e0[0] = x00, e0[1] = x10, e0[2] = x20, e0[3] = x30;
+        e1[0] = x01, e1[1] = x11, e1[2] = x21, e1[3] = x31;
+        e2[0] = x02, e2[1] = x12, e2[2] = x22, e2[3] = x32;
+        e3[0] = x03, e3[1] = x13, e3[2] = x23, e3[3] = x33;
+        dst = e3 + nqr;
+      }
+      for (; d < dim; ++d, dst += nqr) {
+        dst[0] = t0[d];
+        dst[1] = t1[d];
+        dst[2] = t2[d];
+        dst[3] = t3[d];
+      }
+    } else {
+      for (std::int64_t k = 0; k < n; ++k)
+        for (std::int64_t d = 0; d < dim; ++d) qt[d * nqr + r0 + k] = tmp[k * dim + d];
+    }
+  }
+
+  // Key positions seen by at least one query row of the block.
+  const std::int64_t pos_lo =
+      window > 0 ? std::max<std::int64_t>(0, prefix + m0 - window + 1) : 0;
+  const std::int64_t pos_end = a.causal ? prefix + m0 + rows : len;
+
+  const KvCache& c = a.cache;
+  constexpr bool kPerToken = std::is_same_v<TKV, std::int8_t>;
+  const std::int64_t req = a.req_pool_indices[b];
+  float* s = sc.s.data();
+  float* kc = sc.kc.data();
+  float* vc = sc.vc.data();
+  for (std::int64_t p0 = pos_lo; p0 < pos_end; p0 += kBlockN) {
+    const std::int64_t nb = std::min(kBlockN, pos_end - p0);
+    // K / V rows of the block in fp32, scales folded in.
+    const std::int64_t n_cached = std::clamp<std::int64_t>(prefix - p0, 0, nb);
+    for (std::int64_t j = 0; j < n_cached; ++j) {
+      const std::int64_t row = cache_row(c, req, p0 + j);
+      float ks = c.k_scale, vs = c.v_scale;
+      if constexpr (kPerToken) {
+        ks *= c.k_scales[row * c.scales_stride + kvh];
+        vs *= c.v_scales[row * c.scales_stride + kvh];
+      }
+      convert_row(kc + j * dim, at<TKV>(c.k, row * c.k_stride_t + kvh * c.k_stride_h), dim, ks);
+      convert_row(vc + j * dim_v, at<TKV>(c.v, row * c.v_stride_t + kvh * c.v_stride_h), dim_v,
+                  vs);
+    }
+    for (std::int64_t j = n_cached; j < nb; ++j) {
+      const std::int64_t t = start + p0 + j - prefix;
+      convert_row(kc + j * dim, at<T>(a.k, t * a.k_stride_t + kvh * a.k_stride_h), dim, 1.0f);
+      convert_row(vc + j * dim_v, at<T>(a.v, t * a.v_stride_t + kvh * a.v_stride_h), dim_v,
+                  1.0f);
+    }
+
+    if (transposed) {
+      qk_block(qt, nqr, dim, kc, nb, s);
+    } else {
+      qk_dot_block(qt, nqr, dim, kc, nb, s);
+    }
+    if (a.logit_cap > 0.0f) cap_block(s, nb * nqr, a.logit_cap);
+
+    // Mask the query rows that do not see key j: rows before it (causal) and
+    // rows more than window - 1 after it. The visible rows are contiguous.
+    for (std::int64_t j = 0; j < nb; ++j) {
+      const std::int64_t rel = p0 + j - prefix - m0;  // key position - first query position
+      const std::int64_t r_lo = a.causal ? std::max<std::int64_t>(0, rel) : 0;
+      const std::int64_t r_end = window > 0 ? std::min(rows, rel + window) : rows;
+      float* row = s + j * nqr;
+      if (r_lo > 0) fill_row(row, std::min(r_lo, rows) * group, kMasked);
+      if (r_end < rows) {
+        const std::int64_t from = std::max<std::int64_t>(r_end, 0) * group;
+        fill_row(row + from, nqr - from, kMasked);
+      }
+    }
+
+    softmax_block(s, nqr, nb, sc.m.data(), sc.l.data(), sc.alpha.data());
+    pv_block(sc.o.data(), dim_v, sc.alpha.data(), s, nqr, vc, nb);
+  }
+
+  // Normalise (with the optional sink in the denominator) and store.
+  for (std::int64_t r = 0; r < nqr; ++r) {
+    const std::int64_t h = kvh * group + r % group;
+    const float m = sc.m[static_cast<std::size_t>(r)];
+    const float l = sc.l[static_cast<std::size_t>(r)];
+    float inv;
+    if (a.sinks) {
+      const float sink = a.sinks[h];
+      const float mf = std::max(m, sink);
+      const float scale = std::exp(m - mf);
+      inv = scale / (l * scale + std::exp(sink - mf));
+    } else {
+      inv = l > 0.0f ? 1.0f / l : 0.0f;
+    }
+    T* out = static_cast<T*>(a.o) + (start + m0 + r / group) * a.o_stride_t + h * a.o_stride_h;
+    const float* acc = sc.o.data() + r * dim_v;
+    for (std::int64_t i = 0; i < dim_v;) {
+      const std::size_t vl = FM::setvl(static_cast<std::size_t>(dim_v - i));
+      FM::store(out + i, FM::mul(FM::load(acc + i, vl), inv, vl), vl);
+      i += static_cast<std::int64_t>(vl);
+    }
+  }
+}
+
+template <class T>
+void dispatch_kv(const ExtendAttentionArgs& a, std::int64_t t0, std::int64_t t1) {
+  switch (a.cache.dtype) {
+    case DType::kF32:
+      for (std::int64_t t = t0; t < t1; ++t) extend_task<T, float>(a, t);
+      return;
+    case DType::kBF16:
+      for (std::int64_t t = t0; t < t1; ++t) extend_task<T, bf16>(a, t);
+      return;
+    case DType::kF16:
+      for (std::int64_t t = t0; t < t1; ++t) extend_task<T, f16>(a, t);
+      return;
+    case DType::kFP8E4M3:
+      for (std::int64_t t = t0; t < t1; ++t) extend_task<T, fp8e4m3>(a, t);
+      return;
+    case DType::kFP8E5M2:
+      for (std::int64_t t = t0; t < t1; ++t) extend_task<T, fp8e5m2>(a, t);
+      return;
+    case DType::kI8:
+      for (std::int64_t t = t0; t < t1; ++t) extend_task<T, std::int8_t>(a, t);
+      return;
+  }
+}
+
+}  // namespace
+
+void extend_attention(const ExtendAttentionArgs& a, std::int64_t task_begin,
+                      std::int64_t task_end) {
+  switch (a.dtype) {
+    case DType::kF32:
+      return dispatch_kv<float>(a, task_begin, task_end);
+    case DType::kBF16:
+      return dispatch_kv<bf16>(a, task_begin, task_end);
+    case DType::kF16:
+      return dispatch_kv<f16>(a, task_begin, task_end);
+    default:
+      return;  // not an activation dtype: rejected by the caller's validation
+  }
+}
+
+}  // namespace rvvk::RVVK_NS

@@ -1,0 +1,140 @@
+// sgl_kernel::rotary_embedding_cpu on rvv-kernels.
+//
+// Returns new tensors (query_out, key_out) and leaves query and key untouched. sgl-kernel's
+// CPU op rotates 2-D query/key in place and returns them: a schema without alias
+// annotations does not allow that (torch.compile and opcheck assume fresh outputs), and
+// SGLang's call sites use only the returned tensors.
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+
+#include <algorithm>
+
+#include "common.h"
+#include "ops.h"
+
+namespace rvv_ops {
+namespace {
+
+constexpr const char* kOp = "rotary_embedding_cpu";
+
+// Heads and strides of query or key: [tokens, heads * head_size] or [tokens, heads, head_size].
+struct HeadsView {
+  std::int64_t heads = 0, stride_t = 0, stride_h = 0;
+};
+
+HeadsView check_heads(const char* arg, const at::Tensor& t, std::int64_t tokens,
+                      std::int64_t head_size) {
+  TORCH_CHECK_VALUE(t.dim() == 2 || t.dim() == 3, kOp, ": ", arg, " (", describe(t),
+                    ") is ", t.dim(), "-d; expected [tokens, heads * head_size] or "
+                    "[tokens, heads, head_size]");
+  TORCH_CHECK_VALUE(t.size(0) == tokens, kOp, ": ", arg, " (", describe(t), ") has ",
+                    t.size(0), " tokens; expected positions.numel() = ", tokens);
+  TORCH_CHECK_VALUE(t.size(-1) <= 1 || t.stride(-1) == 1, kOp, ": ", arg, " (", describe(t),
+                    ") has a last-dimension stride of ", t.stride(-1),
+                    "; expected 1 (call .contiguous() first)");
+  HeadsView v;
+  v.stride_t = t.stride(0);
+  if (t.dim() == 2) {
+    TORCH_CHECK_VALUE(t.size(1) % head_size == 0, kOp, ": ", arg, " (", describe(t),
+                      ") has a last dimension of ", t.size(1),
+                      ", not a multiple of head_size = ", head_size);
+    v.heads = t.size(1) / head_size;
+    v.stride_h = head_size;
+  } else {
+    TORCH_CHECK_VALUE(t.size(2) == head_size, kOp, ": ", arg, " (", describe(t),
+                      ") has heads of size ", t.size(2), "; expected head_size = ", head_size);
+    v.heads = t.size(1);
+    v.stride_h = t.stride(1);
+  }
+  return v;
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> rotary_embedding_cpu(const at::Tensor& positions,
+                                                        const at::Tensor& query,
+                                                        const at::Tensor& key,
+                                                        std::int64_t head_size,
+                                                        const at::Tensor& cos_sin_cache,
+                                                        bool is_neox) {
+  check_cpu(kOp, "positions", positions);
+  check_cpu(kOp, "query", query);
+  check_cpu(kOp, "key", key);
+  check_cpu(kOp, "cos_sin_cache", cos_sin_cache);
+  TORCH_CHECK_TYPE(positions.scalar_type() == at::kLong || positions.scalar_type() == at::kInt,
+                   kOp, ": positions has dtype ", dtype_name(positions.scalar_type()),
+                   "; expected torch.int64 or torch.int32");
+  const rvvk::DType dtype = kernel_dtype(kOp, "query", query);
+  check_same_dtype(kOp, "key", key, "query", query);
+  TORCH_CHECK_TYPE(cos_sin_cache.scalar_type() == query.scalar_type() ||
+                       cos_sin_cache.scalar_type() == at::kFloat,
+                   kOp, ": cos_sin_cache has dtype ", dtype_name(cos_sin_cache.scalar_type()),
+                   "; expected query's dtype ", dtype_name(query.scalar_type()),
+                   " or torch.float32");
+  TORCH_CHECK_VALUE(positions.dim() == 1, kOp, ": positions (", describe(positions), ") is ",
+                    positions.dim(), "-d; expected a 1-D tensor of token positions");
+  TORCH_CHECK_VALUE(head_size > 0, kOp, ": head_size is ", head_size, "; expected > 0");
+  TORCH_CHECK_VALUE(cos_sin_cache.dim() == 2, kOp, ": cos_sin_cache (", describe(cos_sin_cache),
+                    ") is ", cos_sin_cache.dim(), "-d; expected [max_position, rotary_dim]");
+  const std::int64_t rotary_dim = cos_sin_cache.size(1);
+  TORCH_CHECK_VALUE(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= head_size, kOp,
+                    ": cos_sin_cache (", describe(cos_sin_cache), ") has rotary_dim ",
+                    rotary_dim, "; expected an even number in [2, head_size = ", head_size,
+                    "] (cos half, then sin half)");
+  TORCH_CHECK_VALUE(cos_sin_cache.stride(1) == 1, kOp, ": cos_sin_cache (",
+                    describe(cos_sin_cache), ") has a last-dimension stride of ",
+                    cos_sin_cache.stride(1), "; expected 1 (call .contiguous() first)");
+  const std::int64_t tokens = positions.numel();
+  const HeadsView q = check_heads("query", query, tokens, head_size);
+  const HeadsView k = check_heads("key", key, tokens, head_size);
+
+  const at::Tensor pos = positions.to(at::kLong).contiguous();
+  const std::int64_t* p = pos.data_ptr<std::int64_t>();
+  const std::int64_t max_pos = cos_sin_cache.size(0);
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    TORCH_CHECK_VALUE(p[t] >= 0 && p[t] < max_pos, kOp, ": positions[", t, "] is ", p[t],
+                      "; expected 0 <= position < cos_sin_cache.size(0) = ", max_pos);
+  }
+
+  at::Tensor query_out = at::empty(query.sizes(), query.options());
+  at::Tensor key_out = at::empty(key.sizes(), key.options());
+  if (tokens == 0) return {query_out, key_out};
+
+  rvvk::RotaryArgs base;
+  base.head_size = head_size;
+  base.rotary_dim = rotary_dim;
+  base.neox = is_neox;
+  base.dtype = dtype;
+  base.cache_dtype =
+      cos_sin_cache.scalar_type() == at::kFloat ? rvvk::DType::kF32 : dtype;
+  base.cos_sin_cache = cos_sin_cache.data_ptr();
+  base.cache_stride = cos_sin_cache.stride(0);
+  base.positions = p;
+  rvvk::RotaryArgs qa = base, ka = base;
+  qa.heads = q.heads;
+  qa.x = query.data_ptr();
+  qa.x_stride_t = q.stride_t;
+  qa.x_stride_h = q.stride_h;
+  qa.out = query_out.data_ptr();
+  qa.out_stride_t = q.heads * head_size;
+  qa.out_stride_h = head_size;
+  ka.heads = k.heads;
+  ka.x = key.data_ptr();
+  ka.x_stride_t = k.stride_t;
+  ka.x_stride_h = k.stride_h;
+  ka.out = key_out.data_ptr();
+  ka.out_stride_t = k.heads * head_size;
+  ka.out_stride_h = head_size;
+
+  // One token of a small model is ~2K elements: threads only pay off for many tokens.
+  constexpr std::int64_t kMinElementsPerTask = 32768;
+  const std::int64_t per_token = std::max<std::int64_t>((q.heads + k.heads) * head_size, 1);
+  const std::int64_t grain = std::max<std::int64_t>(1, kMinElementsPerTask / per_token);
+  at::parallel_for(0, tokens, grain, [&](std::int64_t begin, std::int64_t end) {
+    rvvk::rotary_embedding(qa, begin, end);
+    rvvk::rotary_embedding(ka, begin, end);
+  });
+  return {query_out, key_out};
+}
+
+}  // namespace rvv_ops

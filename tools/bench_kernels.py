@@ -1,0 +1,134 @@
+"""Instruction counts of rvv-kernels' benchmark cases under QEMU: RVV versus scalar.
+
+For every case of ``rvvk_bench --list`` and every VLEN, counts the retired instructions
+of one call with the RVV variant and with the portable variant of the same source (built
+with ``-march=rv64gc``, no vector unit, auto-vectorisation off): the difference between
+runs doing 2 and 1 calls, so process start-up, set-up and first-call effects cancel out.
+Counting uses Debian's QEMU 7.2 with the project's insncount plugin (exact, repeatable,
+single-threaded). Prints a table and writes ``build/bench/kernels.json``: a list of records
+``{"kernel", "case", "vlen", "insns_rvv", "insns_scalar", "ratio", ...}``.
+
+Usage: python tools/bench_kernels.py [--quick] [--vlen N ...] [--case NAME ...] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import rvvtools
+from kernels_tests import ROOT, build
+
+DEFAULT_VLENS = (128, 256, 512)
+
+
+def count(bench: Path, case: str, reps: int, vlen: int, variant: str) -> dict[str, int]:
+    """Instruction counts of one ``rvvk_bench CASE REPS`` run with kernel variant ``variant``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "count"
+        cmd = [*rvvtools.qemu_cmd(vlen, qemu="7", plugin_out=out), str(bench), case, str(reps)]
+        env = dict(os.environ, RVVK_VARIANT=variant)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr}")
+        return rvvtools.parse_insncount(out)
+
+
+def per_call(bench: Path, case: str, vlen: int, variant: str) -> dict[str, int]:
+    """Counts of one steady-state call: run(2 calls) - run(1 call)."""
+    one = count(bench, case, 1, vlen, variant)
+    two = count(bench, case, 2, vlen, variant)
+    return {key: two[key] - one[key] for key in one}
+
+
+def progress(done: int, total: int, start: float) -> None:
+    """A one-line progress bar on stderr."""
+    width = 30
+    filled = width * done // total
+    elapsed = time.monotonic() - start
+    sys.stderr.write(
+        f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} runs, {elapsed:.0f} s"
+    )
+    sys.stderr.flush()
+    if done == total:
+        sys.stderr.write("\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="VLEN 256 only (a CI smoke run)")
+    parser.add_argument("--vlen", type=int, action="append", help="VLENs (default 128 256 512)")
+    parser.add_argument("--case", action="append", help="cases to run (default: all)")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "build" / "bench" / "kernels.json", help="JSON output"
+    )
+    args = parser.parse_args(argv)
+    vlens = tuple(args.vlen or ((256,) if args.quick else DEFAULT_VLENS))
+
+    rvvtools.provision(["toolchain", "qemu7", "plugin"])
+    build_dir = ROOT / "build" / "kernels" / "riscv64"
+    build(build_dir, rvvtools.toolchain_file())
+    bench = build_dir / "rvvk_bench"
+    listing = subprocess.run(
+        [*rvvtools.qemu_cmd(256, qemu="7"), str(bench), "--list"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    kernels = dict(line.split() for line in listing if line.strip())
+    cases = args.case or sorted(kernels)
+    unknown = [c for c in cases if c not in kernels]
+    if unknown:
+        parser.error(f"unknown cases {unknown}; known: {sorted(kernels)}")
+
+    jobs = [(c, v, var) for c in cases for v in vlens for var in ("rvv", "portable")]
+    results: dict[tuple[str, int, str], dict[str, int]] = {}
+    start = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        futures = {pool.submit(per_call, bench, *job): job for job in jobs}
+        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            results[futures[future]] = future.result()
+            progress(done, len(jobs), start)
+
+    records = []
+    for case in cases:
+        for vlen in vlens:
+            rvv, scalar = results[(case, vlen, "rvv")], results[(case, vlen, "portable")]
+            records.append(
+                {
+                    "kernel": kernels[case],
+                    "case": case,
+                    "vlen": vlen,
+                    "insns_rvv": rvv["total"],
+                    "insns_scalar": scalar["total"],
+                    "ratio": round(scalar["total"] / rvv["total"], 2),
+                    "rvv_vector_insns": rvv["vector"],
+                    "rvv_vsetvl_insns": rvv["vsetvl"],
+                    "rvv_scalar_insns": rvv["scalar"],
+                }
+            )
+    header = f"{'case':<28} {'VLEN':>5} {'RVV insns':>12} {'scalar insns':>14} {'ratio':>7}"
+    print(header)
+    print("-" * len(header))
+    for r in records:
+        print(
+            f"{r['case']:<28} {r['vlen']:>5} {r['insns_rvv']:>12,} {r['insns_scalar']:>14,} "
+            f"{r['ratio']:>7.2f}"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(records, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
