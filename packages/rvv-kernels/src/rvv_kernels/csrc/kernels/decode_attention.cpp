@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "rvvk/detail/dispatch.h"
 #include "rvvk/detail/vec.h"
 #include "rvvk/rvvk.h"
 
@@ -282,44 +283,16 @@ void merge_task(const DecodeAttentionArgs& a, std::int64_t task) {
   }
 }
 
-template <class TQ>
-void partial_dispatch_kv(const DecodeAttentionArgs& a, std::int64_t t0, std::int64_t t1) {
-  switch (a.cache.dtype) {
-    case DType::kF32:
-      for (std::int64_t t = t0; t < t1; ++t) partial_task<TQ, float>(a, t);
-      return;
-    case DType::kBF16:
-      for (std::int64_t t = t0; t < t1; ++t) partial_task<TQ, bf16>(a, t);
-      return;
-    case DType::kF16:
-      for (std::int64_t t = t0; t < t1; ++t) partial_task<TQ, f16>(a, t);
-      return;
-    case DType::kFP8E4M3:
-      for (std::int64_t t = t0; t < t1; ++t) partial_task<TQ, fp8e4m3>(a, t);
-      return;
-    case DType::kFP8E5M2:
-      for (std::int64_t t = t0; t < t1; ++t) partial_task<TQ, fp8e5m2>(a, t);
-      return;
-    case DType::kI8:
-      for (std::int64_t t = t0; t < t1; ++t) partial_task<TQ, std::int8_t>(a, t);
-      return;
-  }
-}
-
 }  // namespace
 
 void decode_attention_partial(const DecodeAttentionArgs& a, std::int64_t task_begin,
                               std::int64_t task_end) {
-  switch (a.q_dtype) {
-    case DType::kF32:
-      return partial_dispatch_kv<float>(a, task_begin, task_end);
-    case DType::kBF16:
-      return partial_dispatch_kv<bf16>(a, task_begin, task_end);
-    case DType::kF16:
-      return partial_dispatch_kv<f16>(a, task_begin, task_end);
-    default:
-      return;  // not an activation dtype: rejected by the caller's validation
-  }
+  detail::visit_activation(a.q_dtype, [&](auto q) {
+    detail::visit_cache(a.cache.dtype, [&](auto kv) {
+      for (std::int64_t t = task_begin; t < task_end; ++t)
+        partial_task<typename decltype(q)::type, typename decltype(kv)::type>(a, t);
+    });
+  });
 }
 
 void decode_attention_merge(const DecodeAttentionArgs& a, std::int64_t task_begin,

@@ -35,6 +35,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "rvvk/detail/dispatch.h"
 #include "rvvk/detail/vec.h"
 #include "rvvk/rvvk.h"
 
@@ -561,44 +562,16 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
   }
 }
 
-template <class T>
-void dispatch_kv(const ExtendAttentionArgs& a, std::int64_t t0, std::int64_t t1) {
-  switch (a.cache.dtype) {
-    case DType::kF32:
-      for (std::int64_t t = t0; t < t1; ++t) extend_task<T, float>(a, t);
-      return;
-    case DType::kBF16:
-      for (std::int64_t t = t0; t < t1; ++t) extend_task<T, bf16>(a, t);
-      return;
-    case DType::kF16:
-      for (std::int64_t t = t0; t < t1; ++t) extend_task<T, f16>(a, t);
-      return;
-    case DType::kFP8E4M3:
-      for (std::int64_t t = t0; t < t1; ++t) extend_task<T, fp8e4m3>(a, t);
-      return;
-    case DType::kFP8E5M2:
-      for (std::int64_t t = t0; t < t1; ++t) extend_task<T, fp8e5m2>(a, t);
-      return;
-    case DType::kI8:
-      for (std::int64_t t = t0; t < t1; ++t) extend_task<T, std::int8_t>(a, t);
-      return;
-  }
-}
-
 }  // namespace
 
 void extend_attention(const ExtendAttentionArgs& a, std::int64_t task_begin,
                       std::int64_t task_end) {
-  switch (a.dtype) {
-    case DType::kF32:
-      return dispatch_kv<float>(a, task_begin, task_end);
-    case DType::kBF16:
-      return dispatch_kv<bf16>(a, task_begin, task_end);
-    case DType::kF16:
-      return dispatch_kv<f16>(a, task_begin, task_end);
-    default:
-      return;  // not an activation dtype: rejected by the caller's validation
-  }
+  detail::visit_activation(a.dtype, [&](auto act) {
+    detail::visit_cache(a.cache.dtype, [&](auto kv) {
+      for (std::int64_t t = task_begin; t < task_end; ++t)
+        extend_task<typename decltype(act)::type, typename decltype(kv)::type>(a, t);
+    });
+  });
 }
 
 }  // namespace rvvk::RVVK_NS
