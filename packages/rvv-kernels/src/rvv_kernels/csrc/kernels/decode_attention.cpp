@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "rvvk/detail/dispatch.h"
+#include "rvvk/detail/kv_cache.h"
 #include "rvvk/detail/vec.h"
 #include "rvvk/rvvk.h"
 
@@ -33,16 +34,8 @@ Scratch& scratch() {
   return s;
 }
 
-template <class T>
-const T* at(const void* base, std::int64_t offset) {
-  return static_cast<const T*>(base) + offset;
-}
-
-std::int64_t cache_row(const KvCache& c, std::int64_t req, std::int64_t pos) {
-  const std::int64_t i = req * c.req_to_token_stride + pos;
-  return c.req_to_token_int64 ? static_cast<const std::int64_t*>(c.req_to_token)[i]
-                              : static_cast<const std::int32_t*>(c.req_to_token)[i];
-}
+using detail::at;
+using detail::cache_row;
 
 // s[0, n) *= f[0, n)
 void mul_rows(float* s, const float* f, std::int64_t n) {

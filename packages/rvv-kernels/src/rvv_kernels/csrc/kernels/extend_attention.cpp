@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "rvvk/detail/dispatch.h"
+#include "rvvk/detail/kv_cache.h"
 #include "rvvk/detail/vec.h"
 #include "rvvk/rvvk.h"
 
@@ -64,16 +65,8 @@ Scratch& scratch() {
   return s;
 }
 
-template <class T>
-const T* at(const void* base, std::int64_t offset) {
-  return static_cast<const T*>(base) + offset;
-}
-
-std::int64_t cache_row(const KvCache& c, std::int64_t req, std::int64_t pos) {
-  const std::int64_t i = req * c.req_to_token_stride + pos;
-  return c.req_to_token_int64 ? static_cast<const std::int64_t*>(c.req_to_token)[i]
-                              : static_cast<const std::int32_t*>(c.req_to_token)[i];
-}
+using detail::at;
+using detail::cache_row;
 
 // A compiler barrier between the unrolled steps of the matrix products. With
 // three LMUL-8 accumulators and the step's operand all 32 vector registers are
