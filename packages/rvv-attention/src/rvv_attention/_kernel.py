@@ -1,0 +1,208 @@
+"""The kernel implementation: rvv-ops' attention ops, loaded lazily."""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from types import ModuleType
+from typing import Any
+
+from torch import Tensor
+
+from rvv_attention._cache import KVCache
+from rvv_attention._scratch import num_splits, scratch
+
+_lock = threading.Lock()
+_loaded: tuple[ModuleType | None, str | None] | None = None
+_OPS = (
+    "decode_attention",
+    "decode_attention_int8",
+    "extend_attention",
+    "extend_attention_int8",
+    "build_info",
+)
+
+
+def load() -> tuple[ModuleType | None, str | None]:
+    """``(rvv_ops, None)``, or ``(None, why it cannot be used)``; imported once per process."""
+    global _loaded
+    if _loaded is None:
+        with _lock:
+            if _loaded is None:
+                _loaded = _import()
+    return _loaded
+
+
+def _import() -> tuple[ModuleType | None, str | None]:
+    try:
+        mod = importlib.import_module("rvv_ops")
+    except Exception as e:  # ImportError, or whatever a broken build raises while loading
+        return None, f"rvv_ops cannot be imported ({type(e).__name__}: {e})"
+    missing = [name for name in _OPS if not hasattr(mod, name)]
+    if missing:
+        return None, f"rvv_ops {getattr(mod, '__version__', '?')} lacks {', '.join(missing)}"
+    return mod, None
+
+
+def reset() -> None:
+    """Forgets the import result (tests)."""
+    global _loaded
+    with _lock:
+        _loaded = None
+
+
+def build_info() -> dict[str, Any] | None:
+    """``rvv_ops.build_info()`` or None."""
+    mod, _ = load()
+    return dict(mod.build_info()) if mod is not None else None
+
+
+def _ops() -> ModuleType:
+    mod, err = load()
+    if mod is None:
+        raise RuntimeError(err)
+    return mod
+
+
+def decode(
+    q: Tensor,
+    cache: KVCache,
+    out: Tensor,
+    loc: Tensor,
+    req_to_token: Tensor,
+    req_pool_indices: Tensor,
+    seq_lens: Tensor,
+    *,
+    sm_scale: float,
+    key: Tensor | None,
+    value: Tensor | None,
+    logit_cap: float,
+    window: int,
+    sinks: Tensor | None,
+    threads: int,
+) -> None:
+    """One decode step through ``decode_attention_cpu`` (or its int8 twin)."""
+    ops = _ops()
+    batch, heads = q.shape[0], q.shape[1]
+    splits = num_splits(batch, cache.kv_heads, threads)
+    logits = scratch.attn_logits(batch, heads, splits, int(cache.v.shape[2]), q.device)
+    if cache.kind == "int8":
+        ops.decode_attention_int8(
+            q,
+            cache.k,
+            cache.v,
+            cache.k_scales,
+            cache.v_scales,
+            out,
+            loc,
+            logits,
+            req_to_token,
+            req_pool_indices,
+            seq_lens,
+            sm_scale=sm_scale,
+            key=key,
+            value=value,
+            logit_cap=logit_cap,
+            window=window,
+            sinks=sinks,
+        )
+    else:
+        ops.decode_attention(
+            q,
+            cache.k,
+            cache.v,
+            out,
+            loc,
+            logits,
+            req_to_token,
+            req_pool_indices,
+            seq_lens,
+            sm_scale=sm_scale,
+            key=key,
+            value=value,
+            k_scale=cache.k_scale,
+            v_scale=cache.v_scale,
+            logit_cap=logit_cap,
+            window=window,
+            sinks=sinks,
+        )
+
+
+def extend(
+    q: Tensor,
+    k: Tensor | None,
+    v: Tensor | None,
+    cache: KVCache,
+    out: Tensor,
+    req_to_token: Tensor,
+    req_pool_indices: Tensor,
+    seq_lens: Tensor,
+    extend_seq_lens: Tensor,
+    extend_start_loc: Tensor,
+    *,
+    out_cache_loc: Tensor | None,
+    max_extend_len: int,
+    sm_scale: float,
+    causal: bool,
+    logit_cap: float,
+    window: int,
+    sinks: Tensor | None,
+) -> None:
+    """One extend step through ``extend_attention_cpu`` (or its int8 twin).
+
+    The float op never writes the cache, so new K/V are written here first when
+    ``out_cache_loc`` is given; the int8 op quantises and writes them itself.
+    """
+    ops = _ops()
+    if cache.kind == "int8":
+        assert out_cache_loc is not None
+        ops.extend_attention_int8(
+            q,
+            k,
+            v,
+            out,
+            cache.k,
+            cache.v,
+            cache.k_scales,
+            cache.v_scales,
+            out_cache_loc,
+            req_to_token,
+            req_pool_indices,
+            seq_lens,
+            extend_seq_lens,
+            extend_start_loc,
+            sm_scale=sm_scale,
+            max_len_extend=max_extend_len,
+            logit_cap=logit_cap,
+            window=window,
+            sinks=sinks,
+            causal=causal,
+        )
+    else:
+        ops.extend_attention(
+            q,
+            k,
+            v,
+            out,
+            cache.k,
+            cache.v,
+            req_to_token,
+            req_pool_indices,
+            seq_lens,
+            extend_seq_lens,
+            extend_start_loc,
+            sm_scale=sm_scale,
+            k_scale=cache.k_scale,
+            v_scale=cache.v_scale,
+            max_len_extend=max_extend_len,
+            logit_cap=logit_cap,
+            window=window,
+            sinks=sinks,
+            causal=causal,
+        )
+
+
+def unsupported_prefix() -> str:
+    """The prefix of rvv_ops' NotImplementedError messages for features it lacks."""
+    mod, _ = load()
+    return str(getattr(mod, "UNSUPPORTED", "rvv_ops: unsupported: "))
