@@ -105,6 +105,9 @@ class CMakeBuildHook(BuildHookInterface[BuilderConfig]):
             args.append(f"-DTorch_DIR={torch_dir}")
         elif not toolchain:
             args.append(f"-DCMAKE_PREFIX_PATH={_native_torch_prefix()}")
+            cpu_only = _cuda_torch_without_toolkit()
+            if cpu_only:
+                args.append(f"-DRVV_OPS_TORCH_CPU_ONLY={cpu_only}")
         args += shlex.split(os.environ.get("RVV_OPS_CMAKE_ARGS", ""))
         if not os.environ.get("CMAKE_GENERATOR") and shutil.which("ninja"):
             args += ["-G", "Ninja"]
@@ -179,3 +182,17 @@ def _native_torch_prefix() -> str:
             "`pip install --no-build-isolation`, or set RVV_OPS_TORCH_CMAKE_DIR"
         ) from None
     return str(torch.utils.cmake_prefix_path)
+
+
+def _cuda_torch_without_toolkit() -> str | None:
+    """torch's package directory if it is a CUDA (or ROCm) build of torch, else None.
+
+    TorchConfig.cmake of such a build insists on a complete CUDA toolkit (headers, cudart)
+    although the ops use only torch's CPU part, so its CPU libraries are then linked directly
+    (CMakeLists.txt, RVV_OPS_TORCH_CPU_ONLY).
+    """
+    import torch
+
+    if torch.version.cuda is None and torch.version.hip is None:
+        return None
+    return str(Path(torch.__file__).resolve().parent)
