@@ -1,0 +1,295 @@
+"""``RVVAttnBackend``: SGLang's ``--attention-backend rvv``, running through rvv-attention.
+
+Every decision between "a layer has q, k, v and a KV cache" and "a kernel runs" is
+rvv-attention's: it runs the RVV kernels of rvv-ops where they apply and its torch-native
+fallback (with the reason logged once) where they do not, e.g. cross-attention. This class
+only translates SGLang's ``ForwardBatch`` / ``RadixAttention`` into rvv-attention's calls.
+
+- K/V of the new tokens are written with the pool's own ``set_kv_buffer`` (which handles
+  fp8 scaling and SGLang's SWA pools); in plain decode the kernel writes them itself, fused with
+  the attention, as sgl-kernel's CPU backend does.
+- Sliding-window layers over an SWA pool read ``req_to_token`` translated to the SWA pool's
+  index space (once per forward pass).
+- ``--enable-torch-compile`` (SGLang's CPU graph runner) is supported through the
+  ``*_cpu_graph*`` hooks: the split-KV scratch comes from rvv-attention's pool, so replays see
+  the same storage.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import rvv_attention as ra
+import torch
+from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+from sglang.srt.layers.radix_attention import AttentionType
+from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+
+if TYPE_CHECKING:
+    from sglang.srt.layers.radix_attention import RadixAttention
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+logger = logging.getLogger("sglang_rvv")
+
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
+    """SGLang attention backend over rvv-attention (RVV kernels, torch-native fallback)."""
+
+    def __init__(self, model_runner: ModelRunner) -> None:
+        super().__init__()
+        self.device = model_runner.device
+        if torch.device(self.device).type != "cpu":
+            raise ValueError(
+                f"attention backend 'rvv': device={self.device!r}; it runs on the CPU only "
+                "(use --device cpu)"
+            )
+        self.req_to_token_pool = model_runner.req_to_token_pool
+        self.token_to_kv_pool = model_runner.token_to_kv_pool
+        self.use_sliding_window_kv_pool = (
+            isinstance(self.token_to_kv_pool, SWAKVPool)
+            and self.token_to_kv_pool.swa_layer_nums > 0
+        )
+        self.swa_out_cache_loc: torch.Tensor | None = None
+        self._swa_tables: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self.max_extend_len = 0
+        caps = ra.capabilities()
+        logger.info(
+            "sglang-rvv: attention backend 'rvv': RVV=%s VLEN=%s Zvfh=%s cores=%s kernels=%s",
+            caps.has_v,
+            caps.vlen,
+            caps.zvfh,
+            caps.cores,
+            caps.kernels,
+        )
+
+    # ---------------------------------------------------------------- metadata
+
+    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:
+        """Per forward pass: the longest extend and the SWA-translated write locations."""
+        mode = forward_batch.forward_mode
+        if mode.is_decode_or_idle():
+            self.max_extend_len = 1
+        elif forward_batch.extend_seq_lens_cpu is not None:
+            self.max_extend_len = max(forward_batch.extend_seq_lens_cpu, default=0)
+        elif forward_batch.extend_seq_lens is not None:
+            lens = forward_batch.extend_seq_lens
+            self.max_extend_len = int(lens.max()) if lens.numel() else 0
+        else:
+            self.max_extend_len = 0
+        self._init_swa(forward_batch.out_cache_loc)
+
+    def _init_swa(self, out_cache_loc: torch.Tensor | None) -> None:
+        if self.use_sliding_window_kv_pool and out_cache_loc is not None:
+            self.swa_out_cache_loc = self.token_to_kv_pool.translate_loc_from_full_to_swa(
+                out_cache_loc
+            )
+        else:
+            self.swa_out_cache_loc = None
+        self._swa_tables = None
+
+    def _is_swa_layer(self, layer_id: int) -> bool:
+        return bool(
+            self.use_sliding_window_kv_pool and self.token_to_kv_pool.layers_mapping[layer_id][1]
+        )
+
+    def _tables(
+        self, layer: RadixAttention, forward_batch: ForwardBatch, seq_lens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``req_to_token`` and ``req_pool_indices`` addressing this layer's KV buffer."""
+        req_to_token = self.req_to_token_pool.req_to_token
+        req_pool_indices = forward_batch.req_pool_indices
+        if layer.is_cross_attention or not self._is_swa_layer(layer.layer_id):
+            return req_to_token, req_pool_indices
+        # An SWA layer's buffer has only swa_size rows: req_to_token holds full-pool indices.
+        cached = self._swa_tables
+        if cached is not None and cached[0] is req_to_token:
+            return cached[1], cached[2]
+        longest = int(seq_lens.max()) if seq_lens.numel() else 0
+        rows = req_to_token[req_pool_indices, :longest]
+        translated = self.token_to_kv_pool.translate_loc_from_full_to_swa(rows).to(
+            req_to_token.dtype
+        )
+        indices = torch.arange(translated.shape[0], dtype=torch.int64)
+        self._swa_tables = (req_to_token, translated, indices)
+        return translated, indices
+
+    # ------------------------------------------------------------------- cache
+
+    def _cache(self, layer: RadixAttention) -> ra.KVCache:
+        k_buf = self.token_to_kv_pool.get_key_buffer(layer.layer_id)
+        v_buf = self.token_to_kv_pool.get_value_buffer(layer.layer_id)
+        return ra.KVCache(
+            k_buf,
+            v_buf,
+            k_scale=_scale(getattr(layer, "k_scale_float", None)),
+            v_scale=_scale(getattr(layer, "v_scale_float", None)),
+        )
+
+    def _write_kv(
+        self,
+        layer: RadixAttention,
+        forward_batch: ForwardBatch,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        cache: ra.KVCache,
+    ) -> None:
+        loc = (
+            forward_batch.encoder_out_cache_loc
+            if layer.is_cross_attention
+            else forward_batch.out_cache_loc
+        )
+        swa_loc = None if layer.is_cross_attention else self.swa_out_cache_loc
+        if cache.k.dtype in _FP8:
+            # SGLang's pool scales in place (``cache_k.div_(k_scale)``): hand it copies, the
+            # caller's k / v must stay as given (extend attends with them after this write).
+            if cache.k_scale != 1.0:
+                k = k.clone()
+            if cache.v_scale != 1.0:
+                v = v.clone()
+            self.token_to_kv_pool.set_kv_buffer(
+                layer,
+                KVWriteLoc(loc, swa_loc),
+                k,
+                v,
+                k_scale=cache.k_scale,
+                v_scale=cache.v_scale,
+            )
+        else:
+            self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(loc, swa_loc), k, v)
+
+    # ----------------------------------------------------------------- forward
+
+    def forward_extend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor | None,
+        v: torch.Tensor | None,
+        layer: RadixAttention,
+        forward_batch: ForwardBatch,
+        save_kv_cache: bool = True,
+        sinks: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Prefill / chunked prefill / prefix-cache hits: new tokens attend to prefix + selves."""
+        hq, d, dv = layer.tp_q_head_num, layer.qk_head_dim, layer.v_head_dim
+        hkv = layer.tp_k_head_num
+        cache = self._cache(layer)
+        if save_kv_cache and k is not None and v is not None:
+            self._write_kv(layer, forward_batch, k, v, cache)
+        q3 = q.reshape(-1, hq, d)
+        out = q.new_empty((q3.shape[0], hq, dv))
+        seq_lens = forward_batch.seq_lens
+        req_to_token, req_pool_indices = self._tables(layer, forward_batch, seq_lens)
+        causal = not (layer.is_cross_attention or layer.attn_type == AttentionType.ENCODER_ONLY)
+        ra.extend(
+            q3,
+            None if k is None else k.reshape(-1, hkv, d),
+            None if v is None else v.reshape(-1, hkv, dv),
+            cache,
+            out,
+            req_to_token,
+            req_pool_indices,
+            seq_lens,
+            forward_batch.extend_seq_lens,
+            sm_scale=layer.scaling,
+            extend_start_loc=forward_batch.extend_start_loc,
+            max_extend_len=self.max_extend_len,
+            causal=causal,
+            logit_cap=float(layer.logit_cap or 0.0),
+            sliding_window=_window(layer),
+            sinks=sinks,
+            cross_attention=bool(layer.is_cross_attention),
+            encoder_lens=forward_batch.encoder_lens,
+        )
+        return out.view(-1, hq * dv)
+
+    def forward_decode(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor | None,
+        v: torch.Tensor | None,
+        layer: RadixAttention,
+        forward_batch: ForwardBatch,
+        save_kv_cache: bool = True,
+        sinks: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """One new token per request attends to its whole cached context."""
+        hq, d, dv = layer.tp_q_head_num, layer.qk_head_dim, layer.v_head_dim
+        hkv = layer.tp_k_head_num
+        cache = self._cache(layer)
+        q3 = q.reshape(-1, hq, d)
+        out = q.new_empty((q3.shape[0], hq, dv))
+        seq_lens = forward_batch.seq_lens
+        req_to_token, req_pool_indices = self._tables(layer, forward_batch, seq_lens)
+        key = value = loc = None
+        if save_kv_cache and k is not None and v is not None:
+            fused = (
+                cache.k.dtype == q.dtype
+                and not layer.is_cross_attention
+                and not self._is_swa_layer(layer.layer_id)
+            )
+            if fused:
+                # The kernel writes the new token's K/V itself, in the same pass.
+                key, value = k.reshape(-1, hkv, d), v.reshape(-1, hkv, dv)
+                loc = forward_batch.out_cache_loc
+            else:
+                self._write_kv(layer, forward_batch, k, v, cache)
+        ra.decode(
+            q3,
+            cache,
+            out,
+            req_to_token,
+            req_pool_indices,
+            seq_lens,
+            sm_scale=layer.scaling,
+            loc=loc,
+            key=key,
+            value=value,
+            logit_cap=float(layer.logit_cap or 0.0),
+            sliding_window=_window(layer),
+            sinks=sinks,
+            cross_attention=bool(layer.is_cross_attention),
+            encoder_lens=forward_batch.encoder_lens,
+        )
+        return out.view(-1, hq * dv)
+
+    # --------------------------------------------------- CPU graph (torch.compile)
+
+    def init_cpu_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
+        """Nothing to preallocate: rvv-attention's scratch pool keeps stable storage."""
+
+    def get_cpu_graph_seq_len_fill_value(self) -> int:
+        """Padding requests of a captured graph get length 1 (one valid key: no NaN)."""
+        return 1
+
+    def init_forward_metadata_capture_cpu_graph(
+        self,
+        bs: int,
+        num_tokens: int,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+        out_cache_loc: torch.Tensor,
+        encoder_lens: torch.Tensor | None,
+        forward_mode: Any,
+        spec_info: Any,
+    ) -> None:
+        """Metadata for a decode graph being captured (decode only, as SGLang captures)."""
+        self.max_extend_len = 1
+        self._init_swa(out_cache_loc)
+
+    def support_triton(self) -> bool:
+        """The rvv backend never needs triton (SGLang then takes its non-triton paths)."""
+        return False
+
+
+def _scale(value: float | None) -> float:
+    return float(value) if value else 1.0
+
+
+def _window(layer: RadixAttention) -> int | None:
+    size = getattr(layer, "sliding_window_size", -1)
+    return None if size is None or size < 0 else int(size)

@@ -1,0 +1,197 @@
+"""The bundled demo models: a tiny Qwen2 and a tiny Llama, made locally and deterministically.
+
+Nothing is downloaded. A byte-level BPE tokenizer is trained on a small built-in corpus, a
+model with a few hundred thousand parameters is initialised with a fixed seed and trained for a
+few hundred steps on the same corpus (so that greedy decoding produces recognisable text
+rather than noise, and the top logit is rarely a near-tie), and both are saved in the Hugging
+Face layout SGLang loads. ``python -m sglang_rvv.demo --out DIR [--arch qwen2|llama]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ARCHS = ("qwen2", "llama")
+FORMAT_VERSION = 1
+"""Bumped whenever the recipe changes, so cached models are rebuilt."""
+
+_CORPUS = """\
+The vector unit reads a whole row of the cache at once. A row is a list of numbers.
+RISC-V is an open instruction set. Its vector extension lets one instruction work on many
+numbers, and the same program runs on a machine with short vectors and on one with long ones.
+The server answers each request with the next words of the text. Each request has a prompt.
+A prompt is split into tokens, the tokens are turned into vectors, and the vectors pass
+through the layers of the model one after another. Attention looks back at the earlier tokens
+and decides which of them matter for the next one. The keys and values of the earlier tokens
+are kept in a cache, so that they are computed once and read many times.
+When two prompts start with the same words, the server keeps one copy of their shared prefix
+in the radix cache and computes only what is new. Long prompts are cut into chunks and read
+one chunk after another. Many requests are served at the same time in one batch.
+The small board on the desk has eight cores and a vector unit of two hundred and fifty six
+bits. It reads memory at about ten gigabytes per second, and that is what limits how fast it
+can write the next word: every weight of the model is read once for each new token.
+Once upon a time there was a little robot who liked to count. It counted the stars, the
+trees, the birds and the bits. One day it found a long list of numbers and added them up,
+eight at a time, then sixteen at a time, then all at once. The list was gone in a moment,
+and the robot smiled, because a vector is a fine thing to have.
+"""
+
+_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def corpus() -> str:
+    """The training text (also used by tests to build prompts the model knows)."""
+    return _CORPUS
+
+
+def default_dir(arch: str = "qwen2") -> Path:
+    """Where ``nox -s serve`` keeps the demo model: outside the clone, cached."""
+    base = os.environ.get("RVV_SGLANG_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rvv-sglang"
+    )
+    return Path(base) / "demo-models" / f"tiny-{arch}-v{FORMAT_VERSION}"
+
+
+def _train_tokenizer(out: Path) -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=384,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS.splitlines(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+    )
+    fast.chat_template = _CHAT_TEMPLATE
+    fast.save_pretrained(str(out))
+    return fast
+
+
+def _config(arch: str, vocab: int, bos: int, eos: int) -> Any:
+    common: dict[str, Any] = dict(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        torch_dtype="bfloat16",
+    )
+    if arch == "qwen2":
+        from transformers import Qwen2Config
+
+        return Qwen2Config(**common)
+    from transformers import LlamaConfig
+
+    return LlamaConfig(head_dim=16, **common)
+
+
+def build(out: Path, arch: str = "qwen2", *, steps: int = 300, seed: int = 0) -> Path:
+    """Creates the demo model in ``out`` (replaced if present); returns ``out``."""
+    import torch
+    from transformers import LlamaForCausalLM, Qwen2ForCausalLM
+
+    if arch not in ARCHS:
+        raise ValueError(f"arch={arch!r}: expected one of {ARCHS}")
+    started = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = _train_tokenizer(out)
+    vocab = len(tokenizer)
+    cfg = _config(arch, vocab, tokenizer.bos_token_id, tokenizer.eos_token_id)
+    torch.manual_seed(seed)
+    cls = Qwen2ForCausalLM if arch == "qwen2" else LlamaForCausalLM
+    model = cls(cfg).to(torch.float32)
+
+    ids = torch.tensor(tokenizer(_CORPUS)["input_ids"], dtype=torch.long)
+    seq = 64
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    model.train()
+    for step in range(steps):
+        starts = torch.randint(0, ids.numel() - seq - 1, (8,), generator=gen)
+        batch = torch.stack([ids[s : s + seq + 1] for s in starts.tolist()])
+        loss = model(input_ids=batch[:, :-1], labels=batch[:, :-1].clone()).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 50 == 0 or step == steps - 1:
+            print(f"  demo {arch}: step {step + 1}/{steps} loss {loss.item():.3f}", flush=True)
+    model.eval()
+    model.config.torch_dtype = torch.bfloat16
+    model.save_pretrained(str(out), safe_serialization=True)
+    (out / "rvv_sglang_demo.json").write_text(
+        json.dumps(
+            {
+                "format_version": FORMAT_VERSION,
+                "arch": arch,
+                "seed": seed,
+                "steps": steps,
+                "final_loss": round(float(loss.item()), 4),
+                "generated_by": "sglang_rvv.demo",
+            },
+            indent=2,
+        )
+    )
+    print(f"  demo {arch}: written to {out} in {time.monotonic() - started:.0f} s", flush=True)
+    return out
+
+
+def ensure(arch: str = "qwen2", out: Path | None = None) -> Path:
+    """The demo model's directory, building it first if it is missing or out of date."""
+    target = out or default_dir(arch)
+    stamp = target / "rvv_sglang_demo.json"
+    if stamp.is_file():
+        try:
+            meta = json.loads(stamp.read_text())
+        except ValueError:
+            meta = {}
+        if meta.get("format_version") == FORMAT_VERSION and meta.get("arch") == arch:
+            return target
+    return build(target, arch)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sglang_rvv.demo", description=__doc__)
+    parser.add_argument("--arch", choices=ARCHS, default="qwen2", help="model family")
+    parser.add_argument("--out", type=Path, help="target directory (default: the cache)")
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    args = parser.parse_args(argv)
+    if args.force:
+        path = build(args.out or default_dir(args.arch), args.arch)
+    else:
+        path = ensure(args.arch, args.out)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,296 @@
+"""Routing SGLang's CPU model layers to the ``torch.ops.sgl_kernel`` RVV ops of rvv-ops.
+
+SGLang's CPU layers call the sgl_kernel ops only when ``cpu_has_amx_support()`` holds (an
+Intel AMX CPU with sgl-kernel's CPU build): never on RISC-V. With routing on, hooks registered
+through SGLang's plugin ``HookRegistry`` (applied by SGLang in every process, after the
+plugins load) make these methods call the RVV ops, with the same arguments SGLang's own AMX
+branch passes:
+
+=============================================================  =================================
+SGLang method                                                   RVV op
+=============================================================  =================================
+``layernorm.RMSNorm.forward_cpu``                               ``rmsnorm_cpu`` /
+                                                                ``fused_add_rmsnorm_cpu``
+``layernorm.GemmaRMSNorm.forward_cpu``                          ``gemma_rmsnorm_cpu`` /
+                                                                ``gemma_fused_add_rmsnorm_cpu``
+``layernorm.LayerNorm.forward_cpu``                             ``layernorm_cpu``
+``activation.SiluAndMul.forward_cpu``                           ``silu_and_mul_cpu``
+``activation.GeluAndMul.forward_cpu``                           ``gelu_and_mul_cpu`` /
+                                                                ``gelu_tanh_and_mul_cpu``
+``rotary_embedding.base.RotaryEmbedding.forward_cpu``           ``rotary_embedding_cpu``
+``quantization.unquant.UnquantizedLinearMethod``                ``convert_weight_packed`` once at
+(``process_weights_after_loading``, ``apply``)                  load, ``weight_packed_linear``
+=============================================================  =================================
+
+Cases the ops do not take (e.g. a ``post_residual_addition`` the op has no argument for is
+folded in first, as SGLang does; a weight on another device) go to SGLang's own method.
+
+The switch is the environment variable ``SGLANG_RVV_LAYERS``: ``auto`` (default: on when the
+CPU has the RISC-V vector extension), ``1`` (on, on any host: how tests prove the routing on
+x86, where the ops run their portable C++ path), ``0`` (off). With
+``SGLANG_RVV_LAYER_STATS=DIR`` every SGLang process writes its op-call counts to
+``DIR/<pid>.json`` (at most once a second, and at exit).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+logger = logging.getLogger("sglang_rvv")
+
+CALLS: Counter[str] = Counter()
+"""Op calls routed by the hooks in this process (op name -> count)."""
+
+_LINEAR_OPS = ("convert_weight_packed", "weight_packed_linear")
+_last_flush = 0.0
+_enabled: bool | None = None
+
+
+def routing_requested() -> bool:
+    """What ``SGLANG_RVV_LAYERS`` asks for (``auto``: the CPU has RVV)."""
+    value = os.environ.get("SGLANG_RVV_LAYERS", "auto").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    if value != "auto":
+        raise ValueError(f"SGLANG_RVV_LAYERS={value!r}: expected auto, 1 or 0")
+    import rvv_attention
+
+    return bool(rvv_attention.capabilities().has_v)
+
+
+def linear_ops_available() -> bool:
+    """True when the installed rvv-ops has the packed-weight GEMM ops."""
+    import rvv_ops  # noqa: F401  (registers the ops)
+
+    return all(hasattr(torch.ops.sgl_kernel, op) for op in _LINEAR_OPS)
+
+
+def _count(op: str) -> None:
+    global _last_flush
+    CALLS[op] += 1
+    now = time.monotonic()
+    if now - _last_flush >= 1.0:
+        _last_flush = now
+        flush_stats()
+
+
+def flush_stats() -> None:
+    """Writes this process's counts to ``$SGLANG_RVV_LAYER_STATS/<pid>.json`` if set."""
+    target = os.environ.get("SGLANG_RVV_LAYER_STATS")
+    if not target or not CALLS:
+        return
+    path = Path(target)
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = path / f".{os.getpid()}.json.tmp"
+    tmp.write_text(json.dumps(dict(CALLS), sort_keys=True))
+    tmp.replace(path / f"{os.getpid()}.json")
+
+
+def read_stats(directory: str | os.PathLike[str]) -> Counter[str]:
+    """Sums the counts every process wrote to ``directory``."""
+    total: Counter[str] = Counter()
+    for file in Path(directory).glob("*.json"):
+        total.update(json.loads(file.read_text()))
+    return total
+
+
+# ------------------------------------------------------------------------------- hooks
+# AROUND hooks: fn(original, *args, **kwargs). ``self`` is args[0].
+
+_sgl: Any = torch.ops.sgl_kernel
+
+
+def rmsnorm_forward_cpu(
+    original: Callable[..., Any],
+    self: Any,
+    x: torch.Tensor,
+    residual: torch.Tensor | None = None,
+    post_residual_addition: torch.Tensor | None = None,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    """``RMSNorm.forward_cpu`` through ``rmsnorm_cpu`` / ``fused_add_rmsnorm_cpu``."""
+    if getattr(self, "variance_size_override", None) is not None or x.device.type != "cpu":
+        return original(self, x, residual, post_residual_addition, *args, **kwargs)
+    weight = self.weight.data
+    if residual is not None:
+        if post_residual_addition is not None:
+            residual = residual + post_residual_addition
+        _count("fused_add_rmsnorm_cpu")
+        _sgl.fused_add_rmsnorm_cpu(x, residual, weight, self.variance_epsilon)
+        return x, residual
+    _count("rmsnorm_cpu")
+    return _sgl.rmsnorm_cpu(x, weight, self.variance_epsilon)
+
+
+def gemma_rmsnorm_forward_cpu(
+    original: Callable[..., Any],
+    self: Any,
+    x: torch.Tensor,
+    residual: torch.Tensor | None = None,
+    post_residual_addition: torch.Tensor | None = None,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    """``GemmaRMSNorm.forward_cpu`` through the ``gemma_*rmsnorm_cpu`` ops."""
+    if x.device.type != "cpu" or args or kwargs:
+        return original(self, x, residual, post_residual_addition, *args, **kwargs)
+    weight = self.weight.data
+    if residual is not None:
+        if post_residual_addition is not None:
+            residual = residual + post_residual_addition
+        _count("gemma_fused_add_rmsnorm_cpu")
+        _sgl.gemma_fused_add_rmsnorm_cpu(x, residual, weight, self.variance_epsilon)
+        return x, residual
+    _count("gemma_rmsnorm_cpu")
+    return _sgl.gemma_rmsnorm_cpu(x, weight, self.variance_epsilon)
+
+
+def layernorm_forward_cpu(original: Callable[..., Any], self: Any, x: torch.Tensor) -> Any:
+    """``LayerNorm.forward_cpu`` through ``layernorm_cpu``."""
+    if x.device.type != "cpu":
+        return original(self, x)
+    bias = self.bias.data if getattr(self, "use_bias", False) else None
+    _count("layernorm_cpu")
+    return _sgl.layernorm_cpu(x, self.weight.data, bias, self.variance_epsilon)
+
+
+def silu_and_mul_forward_cpu(original: Callable[..., Any], self: Any, x: torch.Tensor) -> Any:
+    """``SiluAndMul.forward_cpu`` through ``silu_and_mul_cpu``."""
+    if x.device.type != "cpu":
+        return original(self, x)
+    _count("silu_and_mul_cpu")
+    return _sgl.silu_and_mul_cpu(x)
+
+
+def gelu_and_mul_forward_cpu(original: Callable[..., Any], self: Any, x: torch.Tensor) -> Any:
+    """``GeluAndMul.forward_cpu`` through ``gelu_and_mul_cpu`` / ``gelu_tanh_and_mul_cpu``."""
+    approximate = getattr(self, "approximate", None)
+    if x.device.type != "cpu" or approximate not in ("none", "tanh"):
+        return original(self, x)
+    if approximate == "tanh":
+        _count("gelu_tanh_and_mul_cpu")
+        return _sgl.gelu_tanh_and_mul_cpu(x)
+    _count("gelu_and_mul_cpu")
+    return _sgl.gelu_and_mul_cpu(x)
+
+
+def rotary_forward_cpu(
+    original: Callable[..., Any],
+    self: Any,
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    offsets: torch.Tensor | None = None,
+    fused_set_kv_buffer_arg: Any = None,
+) -> Any:
+    """``RotaryEmbedding.forward_cpu`` through ``rotary_embedding_cpu``."""
+    if fused_set_kv_buffer_arg is not None or query.device.type != "cpu":
+        return original(self, positions, query, key, offsets, fused_set_kv_buffer_arg)
+    if offsets is not None:
+        positions = positions + offsets
+    cache = self.cos_sin_cache
+    if cache.dtype != query.dtype and cache.dtype != torch.float32:
+        cache = cache.to(query.dtype)
+    _count("rotary_embedding_cpu")
+    return _sgl.rotary_embedding_cpu(
+        positions, query, key, self.head_size, cache, self.is_neox_style
+    )
+
+
+_PACKED = "_rvv_packed_weight"
+_GEMM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def linear_process_weights(original: Callable[..., Any], self: Any, layer: torch.nn.Module) -> Any:
+    """After SGLang's own processing, packs a 2-D fp32/bf16/fp16 CPU weight once."""
+    result = original(self, layer)
+    weight = getattr(layer, "weight", None)
+    if (
+        isinstance(weight, torch.Tensor)
+        and weight.dim() == 2
+        and weight.device.type == "cpu"
+        and weight.dtype in _GEMM_DTYPES
+        and not getattr(layer, "use_intel_amx_backend", False)
+    ):
+        packed = _sgl.convert_weight_packed(weight.data)
+        _count("convert_weight_packed")
+        layer.weight = torch.nn.Parameter(packed, requires_grad=False)
+        setattr(layer, _PACKED, True)
+    return result
+
+
+def linear_apply(
+    original: Callable[..., Any],
+    self: Any,
+    layer: torch.nn.Module,
+    x: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> Any:
+    """``weight_packed_linear`` for layers packed by :func:`linear_process_weights`."""
+    if not getattr(layer, _PACKED, False):
+        return original(self, layer, x, bias)
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1])
+    _count("weight_packed_linear")
+    out = _sgl.weight_packed_linear(x2, layer.weight, bias, True)
+    return out.view(*shape[:-1], out.shape[-1])
+
+
+_BASE = "sglang.srt.layers."
+HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
+    (_BASE + "layernorm.RMSNorm.forward_cpu", rmsnorm_forward_cpu),
+    (_BASE + "layernorm.GemmaRMSNorm.forward_cpu", gemma_rmsnorm_forward_cpu),
+    (_BASE + "layernorm.LayerNorm.forward_cpu", layernorm_forward_cpu),
+    (_BASE + "activation.SiluAndMul.forward_cpu", silu_and_mul_forward_cpu),
+    (_BASE + "activation.GeluAndMul.forward_cpu", gelu_and_mul_forward_cpu),
+    (_BASE + "rotary_embedding.base.RotaryEmbedding.forward_cpu", rotary_forward_cpu),
+)
+LINEAR_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
+    (
+        _BASE + "quantization.unquant.UnquantizedLinearMethod.process_weights_after_loading",
+        linear_process_weights,
+    ),
+    (_BASE + "quantization.unquant.UnquantizedLinearMethod.apply", linear_apply),
+)
+
+
+def maybe_enable() -> bool:
+    """Registers the hooks if routing is requested (idempotent); returns whether it is on."""
+    global _enabled
+    if _enabled is not None:
+        return _enabled
+    _enabled = routing_requested()
+    if not _enabled:
+        return False
+    import rvv_ops  # noqa: F401  (registers the ops)
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    hooks = list(HOOKS)
+    if linear_ops_available():
+        hooks += LINEAR_HOOKS
+    else:
+        logger.warning(
+            "sglang-rvv: the installed rvv-ops has no %s: linear layers stay on torch",
+            " / ".join(_LINEAR_OPS),
+        )
+    for target, hook in hooks:
+        HookRegistry.register(target, hook, HookType.AROUND)
+    atexit.register(flush_stats)
+    logger.info(
+        "sglang-rvv: model layers routed to the RVV ops (%s)",
+        ", ".join(t.rsplit(".", 2)[-2] for t, _ in hooks),
+    )
+    return True

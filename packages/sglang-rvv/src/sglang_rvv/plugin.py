@@ -1,0 +1,59 @@
+"""SGLang general plugin (entry point ``sglang.srt.plugins: rvv``).
+
+SGLang calls :func:`register` in every one of its processes (the launcher before it parses
+arguments, the engine, each scheduler, the detokenizer). It adds ``rvv`` to the
+``--attention-backend`` choices and registers the backend's factory in SGLang's
+``ATTENTION_BACKENDS``. Both are SGLang's documented extension points; nothing of SGLang is
+patched.
+
+If SGLang itself (or another plugin) already registered a backend named ``rvv``, that one is
+kept and a warning says so: set ``SGLANG_RVV_REPLACE_BACKEND=1`` to use sglang-rvv's anyway.
+
+It also routes SGLang's CPU model layers to the RVV ops when ``SGLANG_RVV_LAYERS`` asks for it
+(:mod:`sglang_rvv.layers`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+logger = logging.getLogger("sglang_rvv")
+
+BACKEND_NAME = "rvv"
+
+
+def _ours(factory: Any) -> bool:
+    return getattr(factory, "__module__", "").startswith("sglang_rvv")
+
+
+def create_rvv_backend(model_runner: Any) -> Any:
+    """Factory SGLang calls with its ModelRunner (heavy imports happen here, not at load)."""
+    from sglang_rvv.backend import RVVAttnBackend
+
+    return RVVAttnBackend(model_runner)
+
+
+def register() -> None:
+    """Registers the ``rvv`` attention backend and its CLI choice (idempotent)."""
+    from sglang.srt.arg_groups.choices import ATTENTION_BACKEND_CHOICES
+    from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+
+    existing = ATTENTION_BACKENDS.get(BACKEND_NAME)
+    replace = os.environ.get("SGLANG_RVV_REPLACE_BACKEND", "0") == "1"
+    if existing is not None and not _ours(existing) and not replace:
+        logger.warning(
+            "sglang-rvv: an attention backend named %r is already registered by %s; keeping it "
+            "(set SGLANG_RVV_REPLACE_BACKEND=1 to use sglang-rvv's instead)",
+            BACKEND_NAME,
+            getattr(existing, "__module__", "?"),
+        )
+    else:
+        ATTENTION_BACKENDS[BACKEND_NAME] = create_rvv_backend
+    if BACKEND_NAME not in ATTENTION_BACKEND_CHOICES:
+        ATTENTION_BACKEND_CHOICES.append(BACKEND_NAME)
+
+    from sglang_rvv import layers
+
+    layers.maybe_enable()

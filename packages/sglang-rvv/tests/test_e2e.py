@@ -1,0 +1,258 @@
+"""End to end: the demo models served by SGLang with ``--attention-backend rvv`` and with
+``torch_native``, queried through the OpenAI-compatible HTTP API with the ``openai`` client.
+
+Each server gets the same workload: 10 greedy prompts one after another (shared prefixes, so
+the radix cache hits; long prompts, longer than ``--chunked-prefill-size 64``), the same
+prompts as 16 concurrent requests, and a streamed request closed by the client after a few
+chunks (an abort), after which the server must still answer correctly.
+
+Agreement criterion between two servers (bf16 model, different attention arithmetic): for
+every prompt the first ``AGREE_TOKENS`` generated tokens are identical and their logprobs
+differ by at most ``LOGPROB_BOUND`` nats; the number of fully identical completions is
+reported. Servers are started one at a time (the machine has 2 cores).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sglang_rvv import demo, layers
+from sglang_rvv.serve import stop_group, wait_healthy
+
+MAX_TOKENS = 24
+AGREE_TOKENS = 8
+LOGPROB_BOUND = 0.1
+CHUNK = 64
+READY_TIMEOUT = 900.0
+
+
+def _prompts() -> list[str]:
+    lines = [ln for ln in demo.corpus().splitlines() if ln.strip()]
+    shared = "The server answers each request with the next words of the text."
+    long_a = " ".join(lines[:9])  # well over CHUNK tokens: chunked prefill
+    long_b = " ".join(lines[4:14])
+    return [
+        "The vector unit reads",
+        shared,
+        shared + " Each request",
+        shared + " Each request has a prompt. A prompt is",
+        "When two prompts start with the same words,",
+        "Once upon a time there was a little robot who",
+        "RISC-V is an open",
+        long_a,
+        long_b,
+        long_a + " The small board",
+    ]
+
+
+@dataclass
+class Completion:
+    text: str
+    tokens: list[str]
+    logprobs: list[float]
+    cached_tokens: int = 0
+
+
+@dataclass
+class Results:
+    sequential: list[Completion] = field(default_factory=list)
+    concurrent: list[Completion] = field(default_factory=list)
+    after_abort: Completion | None = None
+    abort_chunks: int = 0
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _complete(client: Any, prompt: str) -> Completion:
+    resp = client.completions.create(
+        model="default", prompt=prompt, max_tokens=MAX_TOKENS, temperature=0, logprobs=1
+    )
+    choice = resp.choices[0]
+    lp = choice.logprobs
+    details = getattr(resp.usage, "prompt_tokens_details", None)
+    cached = int(getattr(details, "cached_tokens", 0) or 0) if details else 0
+    return Completion(
+        text=choice.text,
+        tokens=list(lp.tokens),
+        logprobs=[float(x) for x in lp.token_logprobs],
+        cached_tokens=cached,
+    )
+
+
+def _abort_one(url: str) -> int:
+    """Streams a long completion and closes the connection after 3 chunks."""
+    body = json.dumps(
+        {
+            "model": "default",
+            "prompt": "Once upon a time",
+            "max_tokens": 400,
+            "temperature": 0,
+            "stream": True,
+            "ignore_eos": True,
+        }
+    ).encode()
+    req = urllib.request.Request(
+        url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+    chunks = 0
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        for line in resp:
+            if line.startswith(b"data:") and b"[DONE]" not in line:
+                chunks += 1
+                if chunks >= 3:
+                    break
+    return chunks
+
+
+def run_server(model: Path, backend: str, *, routed: bool, tmp: Path) -> Results:
+    import openai
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = dict(os.environ)
+    env["SGLANG_USE_CPU_ENGINE"] = "1"
+    env["SGLANG_RVV_LAYERS"] = "1" if routed else "0"
+    stats_dir = tmp / f"stats-{backend}-{int(routed)}"
+    env["SGLANG_RVV_LAYER_STATS"] = str(stats_dir)
+    cmd = [
+        sys.executable, "-m", "sglang.launch_server",
+        "--model-path", str(model),
+        "--device", "cpu",
+        "--attention-backend", backend,
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--max-total-tokens", "8192",
+        "--chunked-prefill-size", str(CHUNK),
+        "--enable-cache-report",
+        "--skip-server-warmup",
+        "--random-seed", "0",
+    ]  # fmt: skip
+    log = tmp / f"server-{model.name}-{backend}-{int(routed)}.log"
+    started = time.monotonic()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            try:
+                wait_healthy(url, proc, READY_TIMEOUT)
+            except (RuntimeError, TimeoutError) as exc:
+                tail = log.read_text(errors="replace")[-4000:]
+                raise AssertionError(f"{backend} server did not start: {exc}\n{tail}") from exc
+            print(f"[e2e] {model.name} {backend} routed={routed}: ready in "
+                  f"{time.monotonic() - started:.0f} s", flush=True)  # fmt: skip
+            client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=300)
+            res = Results()
+            prompts = _prompts()
+            res.sequential = [_complete(client, p) for p in prompts]
+            with concurrent.futures.ThreadPoolExecutor(16) as pool:
+                res.concurrent = list(
+                    pool.map(lambda p: _complete(client, p), prompts + prompts[:6])
+                )
+            res.abort_chunks = _abort_one(url)
+            res.after_abort = _complete(client, prompts[5])
+            time.sleep(1.5)  # let the scheduler flush its op counts
+        finally:
+            stop_group(proc)
+    layers.flush_stats()
+    res.stats = dict(layers.read_stats(stats_dir)) if stats_dir.is_dir() else {}
+    return res
+
+
+def agree(a: Completion, b: Completion) -> tuple[bool, str]:
+    """The criterion of the module docstring; returns (ok, explanation)."""
+    n = min(AGREE_TOKENS, len(a.tokens), len(b.tokens))
+    if n < AGREE_TOKENS:
+        return False, f"too few tokens: {len(a.tokens)} / {len(b.tokens)}"
+    if a.tokens[:n] != b.tokens[:n]:
+        return False, f"tokens differ: {a.tokens[:n]} vs {b.tokens[:n]}"
+    worst = max(abs(x - y) for x, y in zip(a.logprobs[:n], b.logprobs[:n], strict=True))
+    if worst > LOGPROB_BOUND:
+        return False, f"logprobs differ by {worst:.3f} > {LOGPROB_BOUND}"
+    return True, f"max logprob difference {worst:.4f}"
+
+
+@pytest.fixture(scope="module")
+def tmp_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("e2e")
+
+
+_CACHE: dict[tuple[str, str, bool], Results] = {}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_module: Path) -> Iterator[Any]:
+    def get(arch: str, backend: str, routed: bool = False) -> Results:
+        key = (arch, backend, routed)
+        if key not in _CACHE:
+            _CACHE[key] = run_server(demo.ensure(arch), backend, routed=routed, tmp=tmp_module)
+        return _CACHE[key]
+
+    yield get
+
+
+def _compare(x: Results, y: Results, what: str) -> None:
+    problems = []
+    identical = 0
+    for i, (a, b) in enumerate(zip(x.sequential, y.sequential, strict=True)):
+        ok, why = agree(a, b)
+        identical += a.tokens == b.tokens
+        if not ok:
+            problems.append(f"prompt {i}: {why}")
+    print(f"[e2e] {what}: {identical}/{len(x.sequential)} completions token-identical")
+    assert not problems, f"{what}: " + "; ".join(problems)
+
+
+@pytest.mark.parametrize("arch", demo.ARCHS)
+def test_rvv_matches_torch_native(served: Any, arch: str) -> None:
+    _compare(served(arch, "rvv"), served(arch, "torch_native"), f"{arch} rvv vs torch_native")
+
+
+@pytest.mark.parametrize("arch", demo.ARCHS)
+@pytest.mark.parametrize("backend", ["rvv", "torch_native"])
+def test_workload_is_consistent(served: Any, arch: str, backend: str) -> None:
+    res = served(arch, backend)
+    prompts = _prompts()
+    # The demo model learned its corpus: greedy decoding continues it.
+    assert "memory at about ten gigabytes" in res.sequential[0].text
+    # Shared prefixes hit the radix cache.
+    assert res.sequential[2].cached_tokens > 0 and res.sequential[3].cached_tokens > 0
+    # Batched (concurrent) requests give what the same prompts gave one at a time.
+    for i, c in enumerate(res.concurrent):
+        ok, why = agree(c, res.sequential[i % len(prompts)])
+        assert ok, f"concurrent request {i}: {why}"
+    # The aborted request left the server healthy and correct.
+    assert res.abort_chunks == 3
+    assert res.after_abort is not None
+    ok, why = agree(res.after_abort, res.sequential[5])
+    assert ok, f"after the abort: {why}"
+
+
+def test_routed_layers_same_outputs_and_op_calls(served: Any) -> None:
+    routed = served("qwen2", "rvv", True)
+    _compare(routed, served("qwen2", "rvv"), "qwen2 rvv with layer routing vs without")
+    expected = {"rmsnorm_cpu", "fused_add_rmsnorm_cpu", "silu_and_mul_cpu", "rotary_embedding_cpu"}
+    if layers.linear_ops_available():
+        expected |= {"convert_weight_packed", "weight_packed_linear"}
+    counts = routed.stats
+    print(f"[e2e] routed op calls: {counts}")
+    assert all(counts.get(op, 0) > 0 for op in expected), f"op calls {counts}, wanted {expected}"
+    # Without routing, nothing goes through the hooks.
+    assert not served("qwen2", "rvv").stats

@@ -1,0 +1,176 @@
+"""The general plugin (backend registration) and the model-layer routing, each in a fresh
+interpreter: SGLang loads plugins once per process and hooks patch its classes globally."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+from sglang_rvv import layers
+
+
+def _run(code: str, **env: str) -> Any:
+    """Runs ``code`` with SGLang in CPU mode; it prints one JSON line last."""
+    res = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1", **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr[-4000:]
+    return json.loads(res.stdout.strip().splitlines()[-1]), res.stderr
+
+
+def test_sglang_loads_the_plugin_through_its_entry_point() -> None:
+    out, _ = _run(
+        """
+        import json
+        from sglang.srt.plugins import load_plugins
+        load_plugins()
+        from sglang.srt.arg_groups.choices import ATTENTION_BACKEND_CHOICES
+        from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+        f = ATTENTION_BACKENDS.get("rvv")
+        print(json.dumps([f.__module__ if f else None, ATTENTION_BACKEND_CHOICES.count("rvv")]))
+        """
+    )
+    assert out == ["sglang_rvv.plugin", 1]
+
+
+@pytest.mark.parametrize("replace", ["0", "1"])
+def test_an_existing_rvv_backend_is_not_replaced_silently(replace: str) -> None:
+    out, err = _run(
+        """
+        import json, logging
+        logging.basicConfig(level=logging.WARNING)
+        from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+        def foreign(runner):
+            return None
+        ATTENTION_BACKENDS["rvv"] = foreign
+        from sglang_rvv import plugin
+        plugin.register()
+        plugin.register()
+        print(json.dumps(ATTENTION_BACKENDS["rvv"].__module__))
+        """,
+        SGLANG_RVV_REPLACE_BACKEND=replace,
+        SGLANG_RVV_LAYERS="0",
+    )
+    if replace == "1":
+        assert out == "sglang_rvv.plugin"
+    else:
+        assert out == "__main__"
+        assert "already registered by __main__; keeping it" in err
+
+
+_LAYERS_SCRIPT = """
+    import json, torch
+    from sglang.srt.plugins import load_plugins
+    load_plugins()
+    from sglang_rvv import layers
+    from sglang.srt.layers.layernorm import RMSNorm, GemmaRMSNorm
+    from sglang.srt.layers.activation import SiluAndMul, GeluAndMul
+    from sglang.srt.layers.rotary_embedding.base import RotaryEmbedding
+    torch.manual_seed(0)
+    errs = {}
+    def err(name, a, b):
+        if isinstance(a, tuple):
+            errs[name] = max(float((x.float() - y.float()).abs().max()) for x, y in zip(a, b))
+        else:
+            errs[name] = float((a.float() - b.float()).abs().max())
+    for dt in (torch.float32, torch.bfloat16):
+        x = torch.randn(7, 96, dtype=dt)
+        for cls in (RMSNorm, GemmaRMSNorm):
+            m = cls(96, eps=1e-6).to(dt)
+            m.weight.data.normal_()
+            err(f"{cls.__name__}-{dt}", m.forward_cpu(x.clone()), m.forward_native(x.clone()))
+            r1, r2 = torch.randn(7, 96, dtype=dt), None
+            r2 = r1.clone()
+            a = m.forward_cpu(x.clone(), r1)
+            b = m.forward_native(x.clone(), r2)
+            err(f"{cls.__name__}-residual-{dt}", a, b)
+        y = torch.randn(5, 2 * 48, dtype=dt)
+        err(f"silu-{dt}", SiluAndMul().forward_cpu(y), SiluAndMul().forward_native(y))
+        for ap in ("none", "tanh"):
+            g = GeluAndMul(approximate=ap)
+            err(f"gelu-{ap}-{dt}", g.forward_cpu(y), g.forward_native(y))
+        for neox in (True, False):
+            rope = RotaryEmbedding(32, 16, 256, 10000, neox, dt)
+            pos = torch.tensor([0, 5, 17, 255, 3])
+            q, k = torch.randn(5, 6 * 32, dtype=dt), torch.randn(5, 2 * 32, dtype=dt)
+            a = rope.forward_cpu(pos, q.clone(), k.clone())
+            b = rope.forward_native(pos, q.clone(), k.clone())
+            err(f"rope-neox={neox}-{dt}", a, b)
+    print(json.dumps({"enabled": layers._enabled, "calls": dict(layers.CALLS), "errs": errs}))
+"""
+
+
+def test_layers_route_to_the_rvv_ops_and_match_sglang_native() -> None:
+    out, _ = _run(_LAYERS_SCRIPT, SGLANG_RVV_LAYERS="1")
+    assert out["enabled"] is True
+    calls = out["calls"]
+    for op in (
+        "rmsnorm_cpu",
+        "fused_add_rmsnorm_cpu",
+        "gemma_rmsnorm_cpu",
+        "gemma_fused_add_rmsnorm_cpu",
+        "silu_and_mul_cpu",
+        "gelu_and_mul_cpu",
+        "gelu_tanh_and_mul_cpu",
+        "rotary_embedding_cpu",
+    ):
+        assert calls.get(op, 0) > 0, f"{op} not called: {calls}"
+    for name, e in out["errs"].items():
+        # fp32: a few ulps; bf16: one or two bf16 ulps of O(1) values after rounding
+        bound = 1e-4 if "float32" in name else 3.2e-2
+        assert e <= bound, f"{name}: max |rvv - sglang native| = {e} > {bound}"
+
+
+@pytest.mark.parametrize("value", ["0", "auto"])
+def test_layers_not_routed_when_off(value: str) -> None:
+    # "auto" means: only on CPUs with the vector extension, which this x86 host lacks.
+    out, _ = _run(_LAYERS_SCRIPT, SGLANG_RVV_LAYERS=value)
+    assert out["enabled"] is False
+    assert out["calls"] == {}
+
+
+def test_linear_routing() -> None:
+    code = """
+        import json, torch
+        from sglang.srt.plugins import load_plugins
+        load_plugins()
+        from sglang_rvv import layers
+        from sglang.srt.layers.quantization.unquant import UnquantizedLinearMethod
+        torch.manual_seed(0)
+        errs = {}
+        for dt in (torch.float32, torch.bfloat16):
+            for n, k, m in ((96, 64, 1), (17, 33, 5), (256, 128, 40)):
+                layer = torch.nn.Module()
+                meth = UnquantizedLinearMethod()
+                meth.create_weights(layer, k, [n], k, n, dt)
+                layer.weight.data.copy_(torch.randn(n, k, dtype=dt) / k**0.5)
+                w = layer.weight.data.clone()
+                meth.process_weights_after_loading(layer)
+                x, bias = torch.randn(m, k, dtype=dt), torch.randn(n, dtype=dt)
+                got = meth.apply(layer, x, bias)
+                ref = (x.double() @ w.double().T + bias.double())
+                errs[f"{dt}-{n}x{k}x{m}"] = float((got.double() - ref).abs().max())
+        print(json.dumps({"calls": dict(layers.CALLS), "errs": errs,
+                          "linear": layers.linear_ops_available()}))
+    """
+    out, err = _run(code, SGLANG_RVV_LAYERS="1")
+    if not layers.linear_ops_available():
+        # Without the GEMM ops in rvv-ops the linear layers must stay on torch, and say so.
+        assert out["linear"] is False and "weight_packed_linear" not in out["calls"]
+        assert "linear layers stay on torch" in err
+        return
+    assert out["calls"].get("convert_weight_packed", 0) == 6
+    assert out["calls"].get("weight_packed_linear", 0) == 6
+    for name, e in out["errs"].items():
+        bound = 1e-4 if "float32" in name else 5e-2
+        assert e <= bound, f"{name}: {e} > {bound}"
