@@ -16,7 +16,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-nox.options.sessions = ["kernels-tests", "ops-tests", "riscv-tests", "lint"]
+nox.options.sessions = ["kernels-tests", "ops-tests", "attention-tests", "riscv-tests", "lint"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
@@ -25,6 +25,9 @@ nox.options.error_on_missing_interpreters = True
 TORCH = "torch==2.13.0"
 KERNELS = "packages/rvv-kernels"
 OPS = "packages/rvv-ops"
+ATTENTION = "packages/rvv-attention"
+# Newest transformers at the time; its AttentionInterface works with torch 2.13.
+TRANSFORMERS = "transformers==5.24.0"
 
 
 def install_ops(session: nox.Session) -> None:
@@ -48,6 +51,15 @@ def ops_tests(session: nox.Session) -> None:
     """rvv-ops natively: opcheck, references, bad inputs."""
     install_ops(session)
     session.run("pytest", f"{OPS}/tests", "-q", *session.posargs)
+
+
+@nox.session(name="attention-tests")
+def attention_tests(session: nox.Session) -> None:
+    """rvv-attention natively: selection, numerics vs fp64, fallback, doctor, transformers."""
+    install_ops(session)
+    session.install(TRANSFORMERS)
+    session.install("--no-deps", "--force-reinstall", ATTENTION)
+    session.run("pytest", f"{ATTENTION}/tests", "-q", *session.posargs)
 
 
 @nox.session(name="wheels-riscv64")
@@ -76,13 +88,15 @@ def bench_kernels(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff (lint + format check) and mypy --strict on the Python packages and tools."""
-    session.install(TORCH, "numpy", "pytest", "ruff", "mypy", "nox", "hatchling")
+    # transformers: rvv-attention's integration is type-checked against it.
+    session.install(TORCH, "numpy", "pytest", "ruff", "mypy", "nox", "hatchling", TRANSFORMERS)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run(
         "mypy",
         f"{KERNELS}/src/rvv_kernels",
         f"{OPS}/src/rvv_ops",
+        f"{ATTENTION}/src/rvv_attention",
         "tools/rvvtools",
         "tools/kernels_tests.py",
         "tools/ops_riscv.py",

@@ -9,8 +9,13 @@ libtorch-dev (torch 2.6) of the Debian 13 riscv64 root, and rvv-kernels' pure-Py
 into ``--out``. ``test`` builds both, then for each ``--config VLEN[:zvfh]`` (default
 ``256:zvfh`` and ``128``: the SpacemiT K1's VLEN with its Zvfh, and the minimum VLEN
 without) installs them into a throw-away venv of the root's Python 3.13 and runs
-``packages/rvv-ops/tests`` there under QEMU 10, streaming pytest's output. Both provision
-what they need first (tools/provision.sh: clang-16, QEMU 10, the root).
+``packages/rvv-ops/tests`` there under QEMU 10, streaming pytest's output. Then
+rvv-attention (pure Python) is installed the same way with transformers and its
+dependencies (riscv64 wheels from PyPI, downloaded on the host: tokenizers, safetensors,
+regex and pydantic-core publish them; numpy and PyYAML come from the root) and
+``packages/rvv-attention/tests`` run in the first configuration, plus its capability test
+at VLEN 128 and 512 (``--no-attention`` skips all of this). Both provision what they need
+first (tools/provision.sh: clang-16, QEMU 10, the root).
 
 Emulated wall time is not performance: ``import torch`` alone takes ~20-40 s.
 """
@@ -33,7 +38,43 @@ import rvvtools
 REPO = Path(__file__).resolve().parent.parent
 OPS = REPO / "packages" / "rvv-ops"
 KERNELS = REPO / "packages" / "rvv-kernels"
+ATTENTION = REPO / "packages" / "rvv-attention"
 WHEEL_TAG = "py3-none-linux_riscv64"
+
+# transformers and what it needs beyond the root's packages (numpy, PyYAML), pinned to
+# the versions that resolved with transformers 5.24.0 (noxfile.py's TRANSFORMERS). pip
+# downloads them on the host for the emulated Python 3.13 / riscv64 (binary wheels only).
+TRANSFORMERS_WHEELS = (
+    "transformers==5.24.0",
+    "huggingface_hub==2.4.0",
+    "tokenizers==0.23.3",
+    "safetensors==0.8.0",
+    "regex==2026.11.19",
+    "tqdm==4.70.1",
+    "typer==0.29.2",
+    "click==8.5.1",
+    "rich==15.0.0",
+    "Pygments==2.21.0",
+    "markdown-it-py==4.3.0",
+    "mdurl==0.1.2",
+    "shellingham==1.5.4",
+    "annotated-doc==0.0.7",
+    "httpx2==2.16.2",
+    "httpcore2==2.16.2",
+    "h11==0.16.0",
+    "anyio==4.16.0",
+    "idna==3.20",
+    "truststore==0.10.5",
+    "pydantic==2.14.4",
+    "pydantic_core==2.50.5",
+    "annotated-types==0.8.0",
+    "typing-inspection==0.4.5",
+    "typing_extensions==4.16.0",
+    "filelock==4.3.1",
+    "fsspec==2026.9.0",
+    "packaging==26.4",
+)
+_RISCV64_PLATFORMS = ("manylinux_2_39_riscv64", "manylinux_2_31_riscv64", "linux_riscv64")
 
 
 def _pip_wheel(package: Path, out_dir: Path, env: dict[str, str], pattern: str) -> Path:
@@ -115,6 +156,77 @@ def run_tests(
         return subprocess.run([*cmd, *pytest_args], env=test_env, cwd=REPO, check=False).returncode
 
 
+def build_attention_wheel(out_dir: Path) -> Path:
+    """Builds rvv-attention's pure-Python wheel into out_dir."""
+    return _pip_wheel(ATTENTION, out_dir.resolve(), dict(os.environ), "rvv_attention-*.whl")
+
+
+def download_transformers(out_dir: Path) -> tuple[Path | None, str]:
+    """Downloads TRANSFORMERS_WHEELS for riscv64 / CPython 3.13 into out_dir/riscv64-wheels.
+
+    Returns (the directory, "") or (None, why not) - e.g. when PyPI is unreachable.
+    """
+    target = out_dir.resolve() / "riscv64-wheels"
+    target.mkdir(parents=True, exist_ok=True)
+    platforms = [arg for p in _RISCV64_PLATFORMS for arg in ("--platform", p)]
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+        "--only-binary=:all:", *platforms, "--python-version", "3.13",
+        "--implementation", "cp", "-d", str(target), *TRANSFORMERS_WHEELS,
+    ]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        return None, f"pip download for riscv64 failed: {res.stderr.strip()[-500:]}"
+    return target, ""
+
+
+def run_attention_tests(
+    wheels: Sequence[Path],
+    vlen: int,
+    *,
+    zvfh: bool,
+    transformers_dir: Path | None,
+    tests: Sequence[str] = (),
+    pytest_args: Sequence[str] = (),
+) -> int:
+    """Runs packages/rvv-attention/tests (or the given test files) in the root's Python.
+
+    ``wheels`` (rvv-ops, rvv-kernels, rvv-attention) go into a fresh venv like
+    :func:`run_tests`; with ``transformers_dir`` transformers is installed from there
+    (no index: the root supplies numpy and PyYAML). Returns pytest's exit code.
+    """
+    root = rvvtools.riscv_root()
+    qemu = rvvtools.qemu_cmd(vlen, zvfh, sysroot=root)
+    env = rvvtools.guest_env()
+    with tempfile.TemporaryDirectory(prefix="rvv-attention-venv-") as tmp:
+        venv = Path(tmp) / "venv"
+        python = [*qemu, str(venv / "bin" / "python3")]
+        subprocess.run(
+            [*qemu, str(root / "usr/bin/python3"), "-m", "venv", "--system-site-packages",
+             "--without-pip", str(venv)],
+            env=env, check=True,
+        )  # fmt: skip
+        pip = [*python, "-m", "pip", "install", "--quiet", "--no-index", "--no-cache-dir"]
+        subprocess.run([*pip, "--no-deps", *map(str, wheels)], env=env, check=True)
+        if transformers_dir is not None:
+            start = time.monotonic()
+            subprocess.run(
+                [*pip, "--find-links", str(transformers_dir), TRANSFORMERS_WHEELS[0]],
+                env=env, check=True,
+            )  # fmt: skip
+            print(f"installed {TRANSFORMERS_WHEELS[0]} in {time.monotonic() - start:.0f} s")
+        test_env = {
+            **env,
+            "RVV_ATTENTION_TEST_PYTHON": shlex.join(python),
+            "RVV_ATTENTION_EXPECT_VLEN": str(vlen),
+            "RVV_ATTENTION_EXPECT_ZVFH": "1" if zvfh else "0",
+        }
+        paths = [str(ATTENTION / "tests" / t) for t in tests] or [str(ATTENTION / "tests")]
+        cmd = [*python, "-m", "pytest", *paths]
+        print(f"+ {shlex.join(cmd + list(pytest_args))}", flush=True)
+        return subprocess.run([*cmd, *pytest_args], env=test_env, cwd=REPO, check=False).returncode
+
+
 @dataclass(frozen=True)
 class Config:
     """One emulated CPU: VLEN and whether it has Zvfh."""
@@ -152,6 +264,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="full",
         help="row lengths of the reference comparisons (default: full)",
     )
+    test.add_argument(
+        "--no-attention",
+        action="store_true",
+        help="skip rvv-attention's tests (and the transformers download)",
+    )
     test.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args(argv)
 
@@ -163,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     configs: list[Config] = args.config or [Config(256, True), Config(128, False)]
-    results: list[tuple[Config, int, float]] = []
+    results: list[tuple[str, int, float]] = []
     for config in configs:
         print(f"=== rvv-ops tests, {config} ===", flush=True)
         start = time.monotonic()
@@ -175,11 +292,42 @@ def main(argv: Sequence[str] | None = None) -> int:
             lengths=args.lengths,
             pytest_args=args.pytest_args,
         )
-        results.append((config, code, time.monotonic() - start))
-    for config, code, seconds in results:
+        results.append((f"rvv-ops, {config}", code, time.monotonic() - start))
+    if not args.no_attention:
+        results += _attention(args, wheel, kernels, configs[0])
+    for what, code, seconds in results:
         status = "passed" if code == 0 else f"FAILED (pytest exit {code})"
-        print(f"rvv-ops under QEMU, {config}: {status} in {seconds:.0f} s")
+        print(f"under QEMU, {what}: {status} in {seconds:.0f} s")
     return max((code for _, code, _ in results), default=0)
+
+
+def _attention(
+    args: argparse.Namespace, ops_wheel: Path, kernels_wheel: Path, full: Config
+) -> list[tuple[str, int, float]]:
+    """rvv-attention's tests at `full`, then its capability test at VLEN 128 and 512."""
+    wheels = [ops_wheel, kernels_wheel, build_attention_wheel(args.out)]
+    transformers_dir, why = download_transformers(args.out)
+    if transformers_dir is None:
+        # The transformers tests then skip with this reason (and say so in pytest's summary).
+        print(f"WARNING: transformers not installable under emulation: {why}", flush=True)
+    results: list[tuple[str, int, float]] = []
+    caps_only = ("test_ra_capabilities.py",)
+    runs: list[tuple[Config, Path | None, tuple[str, ...]]] = [(full, transformers_dir, ())]
+    runs += [(Config(v, z), None, caps_only) for v, z in ((128, False), (512, True))]
+    for config, tdir, tests in runs:
+        what = f"rvv-attention{'' if not tests else ' capabilities'}, {config}"
+        print(f"=== {what} ===", flush=True)
+        start = time.monotonic()
+        code = run_attention_tests(
+            wheels,
+            config.vlen,
+            zvfh=config.zvfh,
+            transformers_dir=tdir,
+            tests=tests,
+            pytest_args=args.pytest_args,
+        )
+        results.append((what, code, time.monotonic() - start))
+    return results
 
 
 if __name__ == "__main__":

@@ -185,11 +185,6 @@ def decode(
         raise ValueError(
             "decode: cross_attention=True needs encoder_lens (encoder tokens per request)"
         )
-    if key is not None and seq_lens.numel() and int(seq_lens.min()) < 1:
-        raise ValueError(
-            f"decode: seq_lens {seq_lens.tolist()} has an entry < 1, but key/value were given: "
-            "seq_lens counts the new token"
-        )
     window = _window(sliding_window)
     features = set()
     if window:

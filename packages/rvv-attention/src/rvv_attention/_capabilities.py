@@ -77,12 +77,13 @@ def parse_isa(isa: str) -> IsaInfo:
     parts = text[m.end() :].split("_")
     # The single-letter part ends where the first multi-letter one (z*, s*, x*) starts; a
     # version suffix like "2p0" belongs to the letter before it.
-    single = re.sub(r"\d+p\d+", "", rest)
-    single = re.split(r"[zsx]", single, maxsplit=1)[0]
+    stripped = re.sub(r"\d+p\d+", "", rest)
+    single = re.split(r"[zsx]", stripped, maxsplit=1)[0]
     letters = set(single)
-    if "g" in letters:
-        letters |= set("imafd")
     extensions: set[str] = set()
+    tail = stripped[len(single) :]
+    if tail:  # "rv64gcvzfh" without underscores: rare, but keep the extension
+        extensions.add(tail)
     for part in parts:
         name = re.sub(r"\d+p\d+$", "", part)
         if len(name) == 1:  # "rv64i2p1_m2p0_..._v1p0": versioned single letters
@@ -91,9 +92,6 @@ def parse_isa(isa: str) -> IsaInfo:
             extensions.add(name)
     if "g" in letters:
         letters |= set("imafd")
-    tail = rest[len(single) :]
-    if tail:  # "rv64gcvzfh" without underscores: rare, but keep the extension
-        extensions.add(re.sub(r"\d+p\d+$", "", tail))
     return IsaInfo(
         isa=isa.strip(), base=base, letters=frozenset(letters), extensions=frozenset(extensions)
     )

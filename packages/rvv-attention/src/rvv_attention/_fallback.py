@@ -89,6 +89,14 @@ def _rows(
     return rows, valid
 
 
+def _check_loc(what: str, name: str, loc: Tensor, cache: KVCache) -> None:
+    if loc.numel() and (int(loc.min()) < 0 or int(loc.max()) >= cache.tokens):
+        raise ValueError(
+            f"{what}: {name} has entries outside [0, {cache.tokens}) (rows of the KV cache): "
+            f"{loc.tolist()}"
+        )
+
+
 def _request_table(req_to_token: Tensor, req_pool_indices: Tensor, what: str) -> Tensor:
     idx = req_pool_indices.to(torch.int64)
     n = req_to_token.shape[0]
@@ -119,10 +127,20 @@ def decode(
     encoder_lens: Tensor | None,
 ) -> None:
     """Decode in torch: see :func:`rvv_attention.decode` for the semantics."""
-    if key is not None and value is not None and loc is not None:
-        write_rows(cache, loc, key, value)
+    write = key is not None and value is not None and loc is not None
+    # As in the kernels, everything is checked before anything is written.
+    if write:
+        assert loc is not None
+        if seq_lens.numel() and int(seq_lens.min()) < 1:
+            raise ValueError(
+                f"decode: seq_lens {seq_lens.tolist()} has an entry < 1, but key/value were "
+                "given: seq_lens counts the new token"
+            )
+        _check_loc("decode", "loc", loc, cache)
     batch = q.shape[0]
     if batch == 0:
+        if write:
+            write_rows(cache, loc, key, value)  # type: ignore[arg-type]
         return
     dev = q.device
     table = _request_table(req_to_token, req_pool_indices, "decode")
@@ -137,12 +155,14 @@ def decode(
     else:
         start, count = enc, lens
     width = int(count.max())
-    if width == 0:
-        out.zero_()
-        return
     j = torch.arange(width, device=dev)
     valid = j[None, :] < count[:, None]
     rows, _ = _rows(cache, table, start[:, None] + j[None, :], valid, "decode")
+    if write:
+        write_rows(cache, loc, key, value)  # type: ignore[arg-type]
+    if width == 0:
+        out.zero_()
+        return
     kf, vf = dequantize(cache, rows)
     mask = valid
     if window > 0 and not cross_attention:
@@ -181,10 +201,14 @@ def extend(
     encoder_lens: Tensor | None,
 ) -> None:
     """Extend in torch: see :func:`rvv_attention.extend` for the semantics."""
-    if out_cache_loc is not None and k is not None and v is not None:
-        write_rows(cache, out_cache_loc, k, v)
+    write = out_cache_loc is not None and k is not None and v is not None
+    if write:
+        assert out_cache_loc is not None
+        _check_loc("extend", "out_cache_loc", out_cache_loc, cache)
     batch, n = seq_lens.shape[0], q.shape[0]
     if batch == 0 or n == 0:
+        if write:
+            write_rows(cache, out_cache_loc, k, v)  # type: ignore[arg-type]
         return
     dev = q.device
     table = _request_table(req_to_token, req_pool_indices, "extend")
@@ -207,8 +231,6 @@ def extend(
             f"reaches outside the {n} rows of q"
         )
     m_max = int(ext.max())
-    if m_max == 0:
-        return
     prefix = lens - ext
 
     if cross_attention:
@@ -219,6 +241,10 @@ def extend(
     jk = torch.arange(width, device=dev)
     kvalid = jk[None, :] < kcount[:, None]
     rows, _ = _rows(cache, table, kstart[:, None] + jk[None, :], kvalid, "extend")
+    if write:
+        write_rows(cache, out_cache_loc, k, v)  # type: ignore[arg-type]
+    if m_max == 0:
+        return
     kf, vf = dequantize(cache, rows)
     if not cross_attention:
         new = (jk[None, :] >= prefix[:, None]) & kvalid  # [B, L]: the new tokens' slots

@@ -79,23 +79,25 @@ class Implementation:
         features: frozenset[str],
         device: str,
     ) -> str | None:
-        """Why this implementation cannot run the case, or None if it can."""
+        """Why this implementation cannot run the case (a phrase naming it), or None."""
+        n = self.name
         if op not in self.ops:
-            return f"{self.name} has no {op}"
+            return f"the {n} has no {op}"
         if device not in self.devices:
-            return f"device {device} (the {self.name} runs on {', '.join(sorted(self.devices))})"
+            return f"the {n} runs on {', '.join(sorted(self.devices))}, not on device {device}"
         if q_dtype not in self.q_dtypes:
-            return f"query dtype {q_dtype}"
+            return f"the {n} does not support query dtype {q_dtype}"
         if kv_dtype not in self.kv_dtypes:
-            return f"KV cache dtype {kv_dtype}"
+            return f"the {n} does not support KV cache dtype {kv_dtype}"
         lo, hi = self.head_dims
         for what, d in (("head_dim", head_dim), ("v_head_dim", v_head_dim)):
             if not lo <= d <= hi:
-                return f"{what} {d} (supported: {lo}..{hi})"
+                return f"the {n} does not support {what} {d} (supported: {lo}..{hi})"
         missing = sorted(features - self.features)
         if missing:
-            return f"feature {', '.join(missing)}"
-        return self.available()
+            return f"the {n} does not support {', '.join(missing)}"
+        why = self.available()
+        return None if why is None else f"the {n} is unavailable: {why}"
 
 
 @dataclass(frozen=True)
@@ -222,7 +224,7 @@ def select_key(key: CaseKey) -> Selection:
                 f"{why}. Unset {ENV_IMPL} (or set it to auto) to use the torch-native fallback."
             )
         else:
-            sel = Selection(FALLBACK, f"kernel does not support {why}", m)
+            sel = Selection(FALLBACK, why, m)
     _cache[key] = sel
     return sel
 
@@ -241,7 +243,7 @@ def note_fallback(op: str, reason: str) -> None:
 
 def demote(key: CaseKey, reason: str) -> Selection:
     """Records that the kernel rejected a case at run time: later calls go to the fallback."""
-    new = Selection(FALLBACK, f"kernel rejected the case: {reason}", key[-1])
+    new = Selection(FALLBACK, f"the kernel rejected the case: {reason}", key[-1])
     _cache[key] = new
     return new
 

@@ -1,0 +1,1 @@
+"""Integrations of rvv-attention with other frameworks (imported on demand)."""
