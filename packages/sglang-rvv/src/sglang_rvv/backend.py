@@ -185,6 +185,10 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
         seq_lens = forward_batch.seq_lens
         req_to_token, req_pool_indices = self._tables(layer, forward_batch, seq_lens)
         causal = not (layer.is_cross_attention or layer.attn_type == AttentionType.ENCODER_ONLY)
+        # rvv-attention's window is one-sided (keys >= p - w): with a non-causal layer it
+        # would still show every later key. No window there, as in SGLang's torch_native
+        # backend (its triton backend uses |p - k| <= w, which rvv-attention cannot express).
+        window = _window(layer) if causal else None
         ra.extend(
             q3,
             None if k is None else k.reshape(-1, hkv, d),
@@ -200,7 +204,7 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
             max_extend_len=self.max_extend_len,
             causal=causal,
             logit_cap=float(layer.logit_cap or 0.0),
-            sliding_window=_window(layer),
+            sliding_window=window,
             sinks=sinks,
             cross_attention=bool(layer.is_cross_attention),
             encoder_lens=forward_batch.encoder_lens,
