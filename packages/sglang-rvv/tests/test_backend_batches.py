@@ -624,17 +624,17 @@ def test_save_kv_cache_false(dtype, mode, kv, impl):
     assert_close(outs["rvv"], outs["torch_native"], dtype, "rvv vs torch_native")
 
 
+@pytest.mark.parametrize("window", [None, 3], ids=["nowindow", "window3"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_encoder_only_layer(dtype, impl):
-    """attn_type=ENCODER_ONLY: bidirectional extend (every token sees all of its
-    request); runs in the kernel (non-causal is a kernel feature)."""
-    check_case(
-        geom(dtype),
-        [0, 0],
-        [7, 12],
-        layer_kw=dict(attn_type=AttentionType.ENCODER_ONLY),
-        causal=False,
-    )
+def test_encoder_only_layer(dtype, window, impl):
+    """attn_type=ENCODER_ONLY: bidirectional extend (every token sees all of its request);
+    runs in the kernel (non-causal is a kernel feature). With a window on the layer (as
+    embedding_gemma2's) the result is torch_native's: no window (rvv-attention's one-sided
+    window would let a token see all later tokens but only w earlier ones)."""
+    layer_kw = dict(attn_type=AttentionType.ENCODER_ONLY)
+    if window is not None:
+        layer_kw["sliding_window_size"] = window
+    check_case(geom(dtype), [0, 0], [7, 12], layer_kw=layer_kw, causal=False)
 
 
 def _cross_attention_setup(dtype):
