@@ -180,6 +180,10 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
         cache = self._cache(layer)
         if save_kv_cache and k is not None and v is not None:
             self._write_kv(layer, forward_batch, k, v, cache)
+        if layer.is_cross_attention:
+            # k / v are the encoder tokens' (not one per query): cross-attention reads them,
+            # like every encoder token, from the cache.
+            k = v = None
         q3 = q.reshape(-1, hq, d)
         out = q.new_empty((q3.shape[0], hq, dv))
         seq_lens = forward_batch.seq_lens
