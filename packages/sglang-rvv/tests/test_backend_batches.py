@@ -729,6 +729,53 @@ def test_cross_attention_fallback_reason_logged_once(dtype, caplog):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_cross_attention_extend_with_encoder_kv(dtype):
+    """A cross-attention extend that brings the encoder tokens' K/V (an encoder-decoder
+    model's first pass, e.g. mllama): k / v have one row per encoder token, not per query;
+    they are written at encoder_out_cache_loc and attended from the cache."""
+    outs = {}
+    enc, n, rows = [6, 9], [2, 3], [1, 2]
+    benches = twin(**geom(dtype, hq=4, hkv=2, d=16))
+    for name, bench in zip(("rvv", "torch_native"), benches, strict=True):
+        cross = bench.layer(is_cross_attention=True)
+        enc_locs: list[int] = []
+        for row, e in zip(rows, enc, strict=True):
+            locs = bench.alloc(e)
+            enc_locs += locs
+            bench.req_to_token[row, :e] = torch.tensor(locs, dtype=torch.int32)
+        ek = bench.randn(sum(enc), bench.hkv, bench.d)
+        ev = bench.randn(sum(enc), bench.hkv, bench.dv)
+        fb = ForwardBatch(
+            forward_mode=ForwardMode.EXTEND,
+            batch_size=2,
+            input_ids=torch.zeros(sum(n), dtype=torch.int64),
+            req_pool_indices=torch.tensor(rows),
+            seq_lens=torch.tensor(n),
+            out_cache_loc=torch.tensor(bench.alloc(sum(n))),
+            seq_lens_sum=sum(n),
+            encoder_lens=torch.tensor(enc),
+            encoder_out_cache_loc=torch.tensor(enc_locs),
+        )
+        fb.extend_seq_lens = torch.tensor(n)
+        fb.extend_prefix_lens = torch.zeros(2, dtype=torch.int64)
+        fb.extend_seq_lens_cpu = n
+        q = bench.randn(sum(n), bench.hq * bench.d)
+        before = bench.snapshot()
+        cls = RVVAttnBackend if name == "rvv" else TorchNativeAttnBackend
+        outs[name] = run(cls, bench, cross, fb, q, ek.clone(), ev.clone())
+        if name == "rvv":
+            enc_fb = SimpleNamespace(out_cache_loc=fb.encoder_out_cache_loc)
+            assert_cache_after(bench, before, cross, enc_fb, ek, ev)
+            i = 0
+            for row, e in zip(rows, enc, strict=True):
+                bench.truth[(0, row)] = [(ek[j].double(), ev[j].double()) for j in range(i, i + e)]
+                i += e
+            expected = _cross_reference(bench, cross, q, rows, enc, n)
+            assert_close(outs[name], expected, dtype, "cross extend vs fp64 reference")
+    assert_close(outs["rvv"], outs["torch_native"], dtype, "rvv vs torch_native")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_kernel_selected_for_plain_cases(dtype):
     """The plain decoder cases above are meant to exercise the kernels, not the fallback:
     rvv-attention selects the kernel for them (with a reason if it does not)."""
