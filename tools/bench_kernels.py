@@ -7,7 +7,10 @@ VLEN, so it is taken once per case): the difference between
 runs doing 2 and 1 calls, so process start-up, set-up and first-call effects cancel out.
 Counting uses Debian's QEMU 7.2 with the project's insncount plugin (exact, repeatable,
 single-threaded). Prints a table and writes ``build/bench/kernels.json``: a list of records
-``{"kernel", "case", "vlen", "insns_rvv", "insns_scalar", "ratio", ...}``.
+``{"kernel", "case", "vlen", "insns_rvv", "insns_scalar", "ratio", ...}``. Cases that stream
+a weight matrix (linear layers at M = 1; ``rvvk_bench --list`` gives their weight bytes)
+also get ``weight_bytes`` and ``insns_per_weight_byte`` (RVV instructions per weight byte:
+what decides whether an in-order core keeps up with its memory).
 
 Usage: python tools/bench_kernels.py [--quick] [--vlen N ...] [--case NAME ...] [--out FILE]
 """
@@ -85,7 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         text=True,
         check=True,
     ).stdout.split("\n")
-    kernels = dict(line.split() for line in listing if line.strip())
+    # "name kernel weight_bytes" per case (weight_bytes 0: not a weight-streaming case).
+    kernels: dict[str, str] = {}
+    weight_bytes: dict[str, int] = {}
+    for line in listing:
+        fields = line.split()
+        if fields:
+            kernels[fields[0]] = fields[1]
+            weight_bytes[fields[0]] = int(fields[2]) if len(fields) > 2 else 0
     cases = args.case or sorted(kernels)
     unknown = [c for c in cases if c not in kernels]
     if unknown:
@@ -108,26 +118,32 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         for vlen in vlens:
             rvv, scalar = results[(case, vlen, "rvv")], results[(case, vlens[0], "portable")]
-            records.append(
-                {
-                    "kernel": kernels[case],
-                    "case": case,
-                    "vlen": vlen,
-                    "insns_rvv": rvv["total"],
-                    "insns_scalar": scalar["total"],
-                    "ratio": round(scalar["total"] / rvv["total"], 2),
-                    "rvv_vector_insns": rvv["vector"],
-                    "rvv_vsetvl_insns": rvv["vsetvl"],
-                    "rvv_scalar_insns": rvv["scalar"],
-                }
-            )
-    header = f"{'case':<28} {'VLEN':>5} {'RVV insns':>12} {'scalar insns':>14} {'ratio':>7}"
+            record: dict[str, object] = {
+                "kernel": kernels[case],
+                "case": case,
+                "vlen": vlen,
+                "insns_rvv": rvv["total"],
+                "insns_scalar": scalar["total"],
+                "ratio": round(scalar["total"] / rvv["total"], 2),
+                "rvv_vector_insns": rvv["vector"],
+                "rvv_vsetvl_insns": rvv["vsetvl"],
+                "rvv_scalar_insns": rvv["scalar"],
+            }
+            if weight_bytes[case]:
+                record["weight_bytes"] = weight_bytes[case]
+                record["insns_per_weight_byte"] = round(rvv["total"] / weight_bytes[case], 4)
+            records.append(record)
+    header = (
+        f"{'case':<28} {'VLEN':>5} {'RVV insns':>12} {'scalar insns':>14} {'ratio':>7} "
+        f"{'insns/weight byte':>17}"
+    )
     print(header)
     print("-" * len(header))
     for r in records:
+        per_byte = r.get("insns_per_weight_byte")
         print(
             f"{r['case']:<28} {r['vlen']:>5} {r['insns_rvv']:>12,} {r['insns_scalar']:>14,} "
-            f"{r['ratio']:>7.2f}"
+            f"{r['ratio']:>7.2f} {'' if per_byte is None else f'{per_byte:.4f}':>17}"
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(records, indent=2) + "\n")

@@ -3,7 +3,8 @@
 // instruction-counting plugin for two repetition counts and takes the
 // difference, so set-up, process start-up and first-call effects cancel out.
 //
-// Usage: rvvk_bench CASE REPS     (rvvk_bench --list prints the cases)
+// Usage: rvvk_bench CASE REPS     (rvvk_bench --list prints the cases: name, kernel,
+// weight bytes streamed per call or 0)
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -45,6 +46,9 @@ constexpr std::int64_t kHq = 12, kHkv = 2, kD = 128;
 struct Case {
   const char* kernel;
   std::function<std::function<void()>()> setup;  // returns the call to repeat
+  // Bytes of weights one call streams (linear layers at M = 1), 0 otherwise:
+  // tools/bench_kernels.py reports instructions per weight byte for these.
+  std::int64_t weight_bytes = 0;
 };
 
 std::function<void()> decode_case() {
@@ -190,6 +194,69 @@ std::function<void()> rope_case() {
   };
 }
 
+// Packs a random [n, k] weight of dtype `dt` (bf16 or int8) for the running variant.
+std::vector<std::uint32_t> packed_weight(DType dt, std::int64_t n, std::int64_t k) {
+  static Rng rng;
+  rvvk::PackedWeightHeader h;
+  rvvk::pack_weight_layout(dt, n, k, &h);
+  std::vector<std::uint32_t> packed(static_cast<std::size_t>(h.bytes + 3) / 4);
+  if (dt == DType::kI8) {
+    std::vector<std::int8_t> w(static_cast<std::size_t>(n * k));
+    for (auto& v : w) v = static_cast<std::int8_t>(rng.next() * 127.0f);
+    rvvk::pack_weight(h, w.data(), k, packed.data());
+  } else {
+    const auto w = random_bf16(static_cast<std::size_t>(n * k), rng);
+    rvvk::pack_weight(h, w.data(), k, packed.data());
+  }
+  return packed;
+}
+
+// bf16 linear layer y[m, n] = x[m, k] @ W^T, single-threaded over every panel.
+template <std::int64_t M, std::int64_t K, std::int64_t N>
+std::function<void()> linear_case() {
+  static Rng rng;
+  static auto x = random_bf16(M * K, rng);
+  static auto w = packed_weight(DType::kBF16, N, K);
+  static std::vector<std::uint16_t> y(M * N);
+  static rvvk::LinearArgs a;
+  a.m = M;
+  a.x_dtype = a.out_dtype = DType::kBF16;
+  a.x = x.data();
+  a.x_stride = K;
+  a.packed = w.data();
+  a.out = y.data();
+  a.out_stride = N;
+  return [] {
+    rvvk::linear(a, 0, rvvk::linear_tasks(*static_cast<const rvvk::PackedWeightHeader*>(a.packed)));
+  };
+}
+
+// W8A8 layer as int8_scaled_mm_with_quant runs it: quantise the bf16 row, int8 GEMM,
+// per-token x per-channel scales, bf16 out.
+template <std::int64_t M, std::int64_t K, std::int64_t N>
+std::function<void()> w8a8_case() {
+  static Rng rng;
+  static auto x = random_bf16(M * K, rng);
+  static auto w = packed_weight(DType::kI8, N, K);
+  static std::vector<std::int8_t> q(M * K);
+  static std::vector<float> sa(M), sw(N, 0.01f);
+  static std::vector<std::uint16_t> y(M * N);
+  static rvvk::Int8LinearArgs a;
+  a.m = M;
+  a.a = q.data();
+  a.a_stride = K;
+  a.a_scales = sa.data();
+  a.packed = w.data();
+  a.w_scales = sw.data();
+  a.out_dtype = DType::kBF16;
+  a.out = y.data();
+  a.out_stride = N;
+  return [] {
+    rvvk::quantize_int8_rows(DType::kBF16, x.data(), K, M, K, q.data(), K, sa.data());
+    rvvk::int8_linear(a, 0, rvvk::linear_tasks(*static_cast<const rvvk::PackedWeightHeader*>(a.packed)));
+  };
+}
+
 const std::map<std::string, Case>& cases() {
   static const std::map<std::string, Case> c = {
       {"decode_bf16_qwen2.5-1.5b", {"decode_attention", decode_case}},
@@ -197,6 +264,10 @@ const std::map<std::string, Case>& cases() {
       {"rmsnorm_bf16_1536", {"rmsnorm", rmsnorm_case}},
       {"silu_and_mul_bf16_8960", {"act_and_mul", silu_and_mul_case}},
       {"rope_neox_bf16_qwen2.5-1.5b", {"rotary_embedding", rope_case}},
+      // Qwen2.5-1.5B's MLP up/gate projection at decode, and a prefill-sized square layer.
+      {"linear_bf16_m1_k1536_n8960", {"linear", linear_case<1, 1536, 8960>, 1536 * 8960 * 2}},
+      {"linear_bf16_m64_k1536_n1536", {"linear", linear_case<64, 1536, 1536>}},
+      {"w8a8_m1_k1536_n8960", {"int8_linear", w8a8_case<1, 1536, 8960>, 1536 * 8960}},
   };
   return c;
 }
@@ -205,7 +276,9 @@ const std::map<std::string, Case>& cases() {
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], "--list") == 0) {
-    for (const auto& [name, c] : cases()) std::printf("%s %s\n", name.c_str(), c.kernel);
+    for (const auto& [name, c] : cases()) {
+      std::printf("%s %s %lld\n", name.c_str(), c.kernel, static_cast<long long>(c.weight_bytes));
+    }
     return 0;
   }
   if (argc != 3) {

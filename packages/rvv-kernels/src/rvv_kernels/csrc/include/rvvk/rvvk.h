@@ -145,6 +145,68 @@ struct RotaryArgs {
   const std::int64_t* positions = nullptr;  // [tokens], valid rows of the cache
 };
 
+// Linear layers: y[M, N] = x[M, K] @ W^T + bias, W an [N, K] weight packed once at
+// load time. A packed weight is a PackedWeightHeader followed by panels of `panel`
+// output channels: panel p holds channels [p * panel, (p + 1) * panel) (the last one
+// zero-padded) for every k < k_padded (zero rows past k). Within a panel, k-major:
+//  - layout kRows (fp32, fp16, int8): element (k, j) at index k * panel + j;
+//  - layout kPairs (bf16): 32-bit word (k / 2, j) at index (k / 2) * panel + j holds
+//    W[j, k] in its low half and W[j, k + 1] in its high half.
+// `panel` is chosen from the packing CPU's VLEN (pack_weight_layout), but the kernels
+// handle any panel width, so a weight packed elsewhere still gives the right answer.
+inline constexpr std::uint32_t kPackedWeightMagic = 0x57564b52u;  // "RKVW"
+inline constexpr std::uint32_t kPackedWeightVersion = 1;
+inline constexpr std::int64_t kPackedWeightHeaderBytes = 64;
+enum class PackedLayout : std::int32_t { kRows = 0, kPairs = 1 };
+struct PackedWeightHeader {
+  std::uint32_t magic = kPackedWeightMagic;
+  std::uint32_t version = kPackedWeightVersion;
+  DType dtype = DType::kF32;  // kF32, kBF16, kF16 or kI8
+  PackedLayout layout = PackedLayout::kRows;
+  std::int64_t n = 0, k = 0;
+  std::int64_t panel = 0;     // output channels per panel
+  std::int64_t k_padded = 0;  // k rounded up to even
+  std::int64_t bytes = 0;     // header + panels
+  std::int64_t vlen_bits = 0;  // VLEN of the CPU that chose `panel` (information only)
+};
+static_assert(sizeof(PackedWeightHeader) == kPackedWeightHeaderBytes, "packed header size");
+inline std::int64_t linear_tasks(const PackedWeightHeader& h) {
+  return h.panel > 0 ? (h.n + h.panel - 1) / h.panel : 0;
+}
+inline std::int64_t packed_element_bytes(DType dt) {
+  return dt == DType::kF32 ? 4 : dt == DType::kI8 ? 1 : 2;
+}
+
+// y = x @ W^T + bias for a float weight (kF32, kBF16, kF16). fp32 accumulation.
+struct LinearArgs {
+  std::int64_t m = 0;
+  DType x_dtype = DType::kF32;  // kF32, kBF16, kF16
+  const void* x = nullptr;      // [m, k], row stride x_stride elements
+  std::int64_t x_stride = 0;
+  const void* packed = nullptr;  // PackedWeightHeader + panels, 4-byte aligned
+  DType bias_dtype = DType::kF32;
+  const void* bias = nullptr;  // [n] or null
+  DType out_dtype = DType::kF32;
+  void* out = nullptr;  // [m, n], row stride out_stride elements
+  std::int64_t out_stride = 0;
+};
+
+// W8A8: out[i, j] = float(sum_k a[i, k] * w[j, k]) (exact, int32) * a_scales[i]
+// * w_scales[j] + bias[j], rounded to out_dtype.
+struct Int8LinearArgs {
+  std::int64_t m = 0;
+  const std::int8_t* a = nullptr;  // [m, k], row stride a_stride
+  std::int64_t a_stride = 0;
+  const float* a_scales = nullptr;  // [m]
+  const void* packed = nullptr;     // an int8 packed weight
+  const float* w_scales = nullptr;  // [n]
+  DType bias_dtype = DType::kF32;
+  const void* bias = nullptr;  // [n] or null
+  DType out_dtype = DType::kF32;
+  void* out = nullptr;
+  std::int64_t out_stride = 0;
+};
+
 #define RVVK_KERNEL(name, params, args) void name params;
 #include "rvvk/kernels.def"
 #undef RVVK_KERNEL

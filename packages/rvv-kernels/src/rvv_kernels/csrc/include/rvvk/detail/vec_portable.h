@@ -98,6 +98,36 @@ struct F32 {
     for (std::size_t i = 0; i < vl; ++i) x.x[i] = std::erf(x.x[i]);
     return x;
   }
+  static V abs(V v, std::size_t) {
+    for (std::size_t i = 0; i < N; ++i) v.x[i] = std::fabs(v.x[i]);
+    return v;
+  }
+  // Packed bf16 pairs of the linear layers (see vec_rvv.h).
+  struct U {
+    std::uint32_t x[N];
+  };
+  static U load_u32(const std::uint32_t* p, std::size_t vl) {
+    U r;
+    for (std::size_t i = 0; i < vl; ++i) r.x[i] = p[i];
+    for (std::size_t i = vl; i < N; ++i) r.x[i] = 0;
+    return r;
+  }
+  static V bf16_low(U w, std::size_t) {
+    V r;
+    for (std::size_t i = 0; i < N; ++i) r.x[i] = scalar::bits_to_f32(w.x[i] << 16);
+    return r;
+  }
+  static V bf16_high(U w, std::size_t) {
+    V r;
+    for (std::size_t i = 0; i < N; ++i) r.x[i] = scalar::bits_to_f32(w.x[i] & 0xffff0000u);
+    return r;
+  }
+  static void store_i8_rne(std::int8_t* p, V v, std::size_t vl) {
+    for (std::size_t i = 0; i < vl; ++i) {
+      const float r = std::nearbyint(v.x[i]);  // default rounding: to nearest even
+      p[i] = static_cast<std::int8_t>(r < -127.0f ? -127.0f : r > 127.0f ? 127.0f : r);
+    }
+  }
   template <class T>
   static V load(const T* p, std::size_t vl) {
     V r;
@@ -123,6 +153,48 @@ struct F32 {
     for (std::size_t i = 0; i < vl; ++i) {
       p[static_cast<std::ptrdiff_t>(i) * stride] = scalar::from_f32<T>(v.x[i]);
     }
+  }
+};
+
+// Exact int32 accumulators of int8 x int8 products (see vec_rvv.h). macc2 sums the
+// pair in int16 like the RVV code, so a caller that breaks its precondition gets the
+// same wrong answer on both paths.
+template <int LMUL>
+struct I8Acc {
+  static constexpr std::size_t N = F32<LMUL>::N;
+  struct V {
+    std::int32_t x[N];
+  };
+  struct W {
+    std::int8_t x[N];
+  };
+  static std::size_t setvl(std::size_t n) { return n < N ? n : N; }
+  static constexpr std::size_t vlmax() { return N; }
+  static V zero(std::size_t) {
+    V r;
+    for (std::size_t i = 0; i < N; ++i) r.x[i] = 0;
+    return r;
+  }
+  static W load(const std::int8_t* p, std::size_t vl) {
+    W r;
+    for (std::size_t i = 0; i < vl; ++i) r.x[i] = p[i];
+    for (std::size_t i = vl; i < N; ++i) r.x[i] = 0;
+    return r;
+  }
+  static V macc(V acc, std::int8_t a, W w, std::size_t) {
+    for (std::size_t i = 0; i < N; ++i) acc.x[i] += a * w.x[i];
+    return acc;
+  }
+  static V macc2(V acc, std::int8_t a0, W w0, std::int8_t a1, W w1, std::size_t) {
+    for (std::size_t i = 0; i < N; ++i) {
+      acc.x[i] += static_cast<std::int16_t>(a0 * w0.x[i] + a1 * w1.x[i]);
+    }
+    return acc;
+  }
+  static typename F32<LMUL>::V to_f32(V v, std::size_t) {
+    typename F32<LMUL>::V r;
+    for (std::size_t i = 0; i < N; ++i) r.x[i] = static_cast<float>(v.x[i]);
+    return r;
   }
 };
 

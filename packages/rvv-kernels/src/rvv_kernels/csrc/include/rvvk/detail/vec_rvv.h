@@ -189,6 +189,26 @@ struct F32;
       o = __riscv_vor_vv_u32##M(o, __riscv_vsrl_vx_u32##M(sign, 16, vl), vl);                \
       return __riscv_vnsrl_wx_u16##H(o, 0, vl);                                              \
     }                                                                                        \
+    static V abs(V v, std::size_t vl) { return __riscv_vfabs_v_f32##M(v, vl); }              \
+    /* Linear layers' packed bf16 weights: two k-consecutive bf16 in one 32-bit word   */   \
+    /* (low half first); each half becomes fp32 in one instruction.                    */   \
+    static U load_u32(const std::uint32_t* p, std::size_t vl) {                              \
+      return __riscv_vle32_v_u32##M(p, vl);                                                  \
+    }                                                                                        \
+    static V bf16_low(U w, std::size_t vl) {                                                 \
+      return __riscv_vreinterpret_v_u32##M##_f32##M(__riscv_vsll_vx_u32##M(w, 16, vl));      \
+    }                                                                                        \
+    static V bf16_high(U w, std::size_t vl) {                                                \
+      return __riscv_vreinterpret_v_u32##M##_f32##M(                                         \
+          __riscv_vand_vx_u32##M(w, 0xffff0000u, vl));                                       \
+    }                                                                                        \
+    /* p[i] = clamp(round_half_even(v[i]), -127, 127) as int8 (finite v). */                 \
+    static void store_i8_rne(std::int8_t* p, V v, std::size_t vl) {                          \
+      vint32##M##_t i = __riscv_vfcvt_x_f_v_i32##M(v, vl); /* frm: round to nearest even */ \
+      i = __riscv_vmin_vx_i32##M(__riscv_vmax_vx_i32##M(i, -127, vl), 127, vl);              \
+      __riscv_vse8_v_i8##Q(p, __riscv_vncvt_x_x_w_i8##Q(__riscv_vncvt_x_x_w_i16##H(i, vl), vl), \
+                           vl);                                                              \
+    }                                                                                        \
     RVVK_F32_F16_OPS(M, H)                                                                   \
     template <class T>                                                                       \
     static V load(const T* p, std::size_t vl);                                               \
@@ -308,6 +328,37 @@ RVVK_F32_TRAITS(1, m1, mf2, mf4, 32)
 RVVK_F32_TRAITS(2, m2, m1, mf2, 16)
 RVVK_F32_TRAITS(4, m4, m2, m1, 8)
 RVVK_F32_TRAITS(8, m8, m4, m2, 4)
+
+// I8Acc<L>: exact int32 accumulators (LMUL L) of int8 x int8 products, for the
+// W8A8 GEMM. W is the int8 vector with the same element count (LMUL L / 4).
+template <int LMUL>
+struct I8Acc;
+#define RVVK_I8ACC_TRAITS(L, M, H, Q)                                                        \
+  template <>                                                                                \
+  struct I8Acc<L> {                                                                          \
+    using V = vint32##M##_t;                                                                 \
+    using W = vint8##Q##_t;                                                                  \
+    static std::size_t setvl(std::size_t n) { return __riscv_vsetvl_e32##M(n); }             \
+    static std::size_t vlmax() { return __riscv_vsetvlmax_e32##M(); }                        \
+    static V zero(std::size_t vl) { return __riscv_vmv_v_x_i32##M(0, vl); }                  \
+    static W load(const std::int8_t* p, std::size_t vl) { return __riscv_vle8_v_i8##Q(p, vl); } \
+    /* acc + a * w: the int16 product is exact, the widening add too. */                     \
+    static V macc(V acc, std::int8_t a, W w, std::size_t vl) {                               \
+      return __riscv_vwadd_wv_i32##M(acc, __riscv_vwmul_vx_i16##H(w, a, vl), vl);            \
+    }                                                                                        \
+    /* acc + a0 * w0 + a1 * w1 with the pair summed in int16: exact unless both     */       \
+    /* products are (-128) * (-128) (the only way past 32767); callers ensure that. */       \
+    static V macc2(V acc, std::int8_t a0, W w0, std::int8_t a1, W w1, std::size_t vl) {      \
+      vint16##H##_t p = __riscv_vwmul_vx_i16##H(w0, a0, vl);                                 \
+      p = __riscv_vwmacc_vx_i16##H(p, a1, w1, vl);                                           \
+      return __riscv_vwadd_wv_i32##M(acc, p, vl);                                            \
+    }                                                                                        \
+    static F32<L>::V to_f32(V v, std::size_t vl) { return __riscv_vfcvt_f_x_v_f32##M(v, vl); } \
+  };
+RVVK_I8ACC_TRAITS(2, m2, m1, mf2)
+RVVK_I8ACC_TRAITS(4, m4, m2, m1)
+RVVK_I8ACC_TRAITS(8, m8, m4, m2)
+#undef RVVK_I8ACC_TRAITS
 
 #undef RVVK_F32_TRAITS
 #undef RVVK_F32_F16_OPS
