@@ -775,6 +775,57 @@ def test_cross_attention_extend_with_encoder_kv(dtype):
     assert_close(outs["rvv"], outs["torch_native"], dtype, "rvv vs torch_native")
 
 
+@pytest.mark.parametrize("mode", ["decode", "extend"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_encoder_decoder_self_attention(dtype, mode):
+    """The decoder's self-attention in an encoder-decoder batch (encoder_lens set): its keys
+    are positions [encoder_lens, encoder_lens + seq_lens) of the table row (SGLang's
+    layout; rvv-attention's fallback). Reference: fp64 over those cache rows after the
+    write."""
+    enc, rows, prefix = [6, 9], [1, 2], [3, 0]
+    n = [1, 1] if mode == "decode" else [2, 4]
+    seq = [p + m for p, m in zip(prefix, n, strict=True)]
+    outs = {}
+    benches = twin(**geom(dtype, hq=4, hkv=2, d=16))
+    for name, bench in zip(("rvv", "torch_native"), benches, strict=True):
+        layer = bench.layer()
+        for row, e, s in zip(rows, enc, seq, strict=True):
+            bench.req_to_token[row, : e + s] = torch.tensor(bench.alloc(e + s), dtype=torch.int32)
+        kb, vb = bench.pool.get_key_buffer(0), bench.pool.get_value_buffer(0)
+        kb.copy_(bench.randn(*kb.shape))
+        vb.copy_(bench.randn(*vb.shape))
+        locs = []
+        for row, e, s, m in zip(rows, enc, seq, n, strict=True):
+            locs += bench.req_to_token[row, e + s - m : e + s].tolist()
+        fb = ForwardBatch(
+            forward_mode=ForwardMode.DECODE if mode == "decode" else ForwardMode.EXTEND,
+            batch_size=2,
+            input_ids=torch.zeros(sum(n), dtype=torch.int64),
+            req_pool_indices=torch.tensor(rows),
+            seq_lens=torch.tensor(seq),
+            out_cache_loc=torch.tensor(locs),
+            seq_lens_sum=sum(seq),
+            encoder_lens=torch.tensor(enc),
+        )
+        if mode == "extend":
+            fb.extend_seq_lens = torch.tensor(n)
+            fb.extend_prefix_lens = torch.tensor(prefix)
+            fb.extend_seq_lens_cpu = n
+        q = bench.randn(sum(n), bench.hq * bench.d)
+        k, v = bench.randn(sum(n), bench.hkv, bench.d), bench.randn(sum(n), bench.hkv, bench.dv)
+        before = bench.snapshot()
+        cls = RVVAttnBackend if name == "rvv" else TorchNativeAttnBackend
+        outs[name] = run(cls, bench, layer, fb, q, k.clone(), v.clone())
+        if name == "rvv":
+            assert_cache_after(bench, before, layer, fb, k, v)
+            for row, e, s in zip(rows, enc, seq, strict=True):
+                cache_rows = bench.req_to_token[row, e : e + s].long()
+                bench.truth[(0, row)] = [(kb[i].double(), vb[i].double()) for i in cache_rows]
+            expected = reference(bench, layer, fb, q)
+            assert_close(outs[name], expected, dtype, "enc-dec self-attention vs fp64")
+    assert_close(outs["rvv"], outs["torch_native"], dtype, "rvv vs torch_native")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_kernel_selected_for_plain_cases(dtype):
     """The plain decoder cases above are meant to exercise the kernels, not the fallback:
