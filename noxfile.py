@@ -16,7 +16,14 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-nox.options.sessions = ["kernels-tests", "ops-tests", "attention-tests", "riscv-tests", "lint"]
+nox.options.sessions = [
+    "kernels-tests",
+    "ops-tests",
+    "attention-tests",
+    "sglang-tests",
+    "riscv-tests",
+    "lint",
+]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
@@ -62,6 +69,53 @@ def attention_tests(session: nox.Session) -> None:
     session.run("pytest", f"{ATTENTION}/tests", "-q", *session.posargs)
 
 
+# SGLang on x86-64 CPUs (see docs/sglang.md): torch 2.14.1 is SGLang 0.5.23's own pin (served
+# from local disk, a CUDA build that runs on the CPU; torchvision must match it), SGLang
+# itself without its CUDA dependencies, then the CPU-mode dependency list.
+SGLANG = "sglang==0.5.23"
+SGLANG_TORCH = ("torch==2.14.1", "torchvision==0.29.1")
+SGLANG_RVV = "packages/sglang-rvv"
+SGLANG_REQUIREMENTS = f"{SGLANG_RVV}/requirements"
+
+
+def install_sglang(session: nox.Session) -> None:
+    """SGLang 0.5.23 for CPU, then our four packages (rvv-ops built against its torch)."""
+    session.install(*SGLANG_TORCH)
+    session.install("--no-deps", SGLANG)
+    session.install(
+        "-r",
+        f"{SGLANG_REQUIREMENTS}/sglang-cpu.txt",
+        "-c",
+        f"{SGLANG_REQUIREMENTS}/constraints.txt",
+        "pytest",
+        "hatchling",
+    )
+    session.install(KERNELS)
+    session.install("--no-build-isolation", "--force-reinstall", "--no-deps", OPS)
+    session.install("--no-deps", "--force-reinstall", ATTENTION, SGLANG_RVV)
+
+
+@nox.session(name="sglang-tests")
+def sglang_tests(session: nox.Session) -> None:
+    """sglang-rvv in a real SGLang 0.5.23: shim, plugin, backend on SGLang's test kit and
+    hand-built batches, and demo models served end to end (rvv vs torch_native)."""
+    install_sglang(session)
+    session.run(
+        "pytest", f"{SGLANG_RVV}/tests", "-v", "-s", *session.posargs,
+        env={"SGLANG_USE_CPU_ENGINE": "1"},
+    )  # fmt: skip
+
+
+@nox.session
+def serve(session: nox.Session) -> None:
+    """The main job: SGLang with --attention-backend rvv on the demo model, until Ctrl-C.
+
+    ``nox -s serve -- --model-path PATH [launch_server flags]`` serves another model.
+    """
+    install_sglang(session)
+    session.run("python", "-m", "sglang_rvv.serve", *session.posargs)
+
+
 @nox.session(name="wheels-riscv64")
 def wheels_riscv64(session: nox.Session) -> None:
     """Cross-builds the riscv64 wheel of rvv-ops (and rvv-kernels') into dist/."""
@@ -85,6 +139,30 @@ def bench_kernels(session: nox.Session) -> None:
     session.run("python", "tools/bench_kernels.py", *session.posargs)
 
 
+@nox.session(name="bench-x86")
+def bench_x86(session: nox.Session) -> None:
+    """Attention side by side on this machine: SGLang's torch_native backend, rvv-attention's
+    fallback and the rvv-ops kernels (portable path on x86), decode and extend.
+
+    Writes build/bench/x86.json. ``nox -s bench-x86 -- --quick``: batch {1, 4} x context 512.
+    """
+    install_sglang(session)
+    session.run(
+        "python", "tools/bench_x86.py", *session.posargs, env={"SGLANG_USE_CPU_ENGINE": "1"}
+    )
+
+
+# Newest matplotlib at the time.
+MATPLOTLIB = "matplotlib==3.11.2"
+
+
+@nox.session(name="bench-report")
+def bench_report(session: nox.Session) -> None:
+    """PNG plots under docs/performance/ and docs/performance.md from build/bench/*.json."""
+    session.install(MATPLOTLIB)
+    session.run("python", "tools/bench_report.py", *session.posargs)
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff (lint + format check) and mypy --strict on the Python packages and tools."""
@@ -97,9 +175,12 @@ def lint(session: nox.Session) -> None:
         f"{KERNELS}/src/rvv_kernels",
         f"{OPS}/src/rvv_ops",
         f"{ATTENTION}/src/rvv_attention",
+        f"{SGLANG_RVV}/src/sglang_rvv",
         "tools/rvvtools",
         "tools/kernels_tests.py",
         "tools/ops_riscv.py",
         "tools/bench_kernels.py",
+        "tools/bench_x86.py",
+        "tools/bench_report.py",
         "noxfile.py",
     )

@@ -1,0 +1,345 @@
+"""Turns the benchmark JSON files into PNG plots and docs/performance.md.
+
+Reads whichever of these exist under ``build/bench/`` (a missing one is reported as not
+run in the document):
+
+- ``kernels.json`` (``nox -s bench-kernels``): retired instructions per kernel call under
+  QEMU, RVV build vs scalar build of the same source, per VLEN;
+- ``e2e_riscv.json`` (``nox -s bench-e2e-riscv``): instructions per decoded token by mode;
+- ``x86.json`` (``nox -s bench-x86``): attention side by side on the x86 machine.
+
+Writes ``docs/performance/*.png`` and ``docs/performance.md`` (method, machine, date, the
+numbers, and what these proxies can and cannot say about a RISC-V board).
+
+Usage: python tools/bench_report.py [--bench-dir DIR] [--docs DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+IMPL_LABEL = {
+    "torch_native": "SGLang torch_native",
+    "rvv_fallback": "rvv-attention fallback",
+    "rvv_kernel": "rvv-ops kernels (portable path)",
+}
+
+
+def _pyplot() -> Any:
+    mpl = importlib.import_module("matplotlib")
+    mpl.use("Agg")
+    mpl.rcParams["svg.hashsalt"] = "rvv-sglang"
+    return importlib.import_module("matplotlib.pyplot")
+
+
+def _load(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _plain_log(plt: Any, axis: Any) -> None:
+    """Plain numbers (2, 5, 10, 0.5) instead of powers of ten on a log axis."""
+    fmt = plt.FuncFormatter(lambda v, _pos: f"{v:g}")
+    axis.set_major_formatter(fmt)
+    axis.set_minor_formatter(fmt)
+
+
+def _save(plt: Any, fig: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------ kernels
+
+
+def kernels_section(plt: Any, records: list[dict[str, Any]] | None, img: Path) -> list[str]:
+    out = ["## 1. Kernels: instructions under QEMU, RVV vs scalar (`nox -s bench-kernels`)", ""]
+    if not records:
+        out += ["`build/bench/kernels.json` was not present: not run.", ""]
+        return out
+    cases = sorted({r["case"] for r in records})
+    vlens = sorted({r["vlen"] for r in records})
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(cases) + 2))
+    height = 0.8 / len(vlens)
+    for j, vlen in enumerate(vlens):
+        ys, xs = [], []
+        for i, case in enumerate(cases):
+            rec = next((r for r in records if r["case"] == case and r["vlen"] == vlen), None)
+            if rec is not None:
+                ys.append(i + j * height)
+                xs.append(rec["ratio"])
+        ax.barh(ys, xs, height=height, label=f"VLEN {vlen}")
+    ax.set_yticks([i + height * (len(vlens) - 1) / 2 for i in range(len(cases))])
+    ax.set_yticklabels(cases, fontsize=8)
+    ax.set_xscale("log")
+    _plain_log(plt, ax.xaxis)
+    ax.set_xlabel("scalar-build instructions / RVV-build instructions (log)")
+    ax.set_title("Retired instructions per call under QEMU: scalar / RVV")
+    ax.legend(fontsize=8)
+    _save(plt, fig, img / "kernels_ratio.png")
+    out += [
+        "Each case's kernel call, counted with QEMU 7.2's instruction-count plugin (user mode,",
+        "one thread) as the difference of runs with 2 and 1 calls; `scalar` is the portable",
+        "variant of the same source built for rv64gc (no vector unit, no auto-vectorisation).",
+        "",
+        "![instruction ratios](performance/kernels_ratio.png)",
+        "",
+        "| case | VLEN | RVV insns | scalar insns | ratio |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in sorted(records, key=lambda r: (r["case"], r["vlen"])):
+        out.append(
+            f"| {r['case']} | {r['vlen']} | {r['insns_rvv']:,} | {r['insns_scalar']:,} "
+            f"| {r['ratio']:.1f} |"
+        )
+    out.append("")
+    return out
+
+
+# ------------------------------------------------------------------------------ e2e
+
+
+def e2e_section(plt: Any, records: list[dict[str, Any]] | None, img: Path) -> list[str]:
+    out = ["## 2. A decode step on emulated RISC-V (`nox -s bench-e2e-riscv`)", ""]
+    if not records:
+        out += ["`build/bench/e2e_riscv.json` was not present: not run yet.", ""]
+        return out
+    modes = sorted({r["mode"] for r in records})
+    vlens = sorted({r["vlen"] for r in records})
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(modes)
+    for j, mode in enumerate(modes):
+        xs, ys = [], []
+        for i, vlen in enumerate(vlens):
+            rec = next((r for r in records if r["mode"] == mode and r["vlen"] == vlen), None)
+            if rec is not None:
+                xs.append(i + j * width)
+                ys.append(rec["insns_per_token"])
+        ax.bar(xs, ys, width=width, label=mode)
+    ax.set_xticks([i + width * (len(modes) - 1) / 2 for i in range(len(vlens))])
+    ax.set_xticklabels([f"VLEN {v}" for v in vlens])
+    ax.set_yscale("log")
+    ax.set_ylabel("instructions per decoded token (log)")
+    ax.legend(fontsize=8)
+    _save(plt, fig, img / "e2e_insns_per_token.png")
+    out += [
+        "![instructions per token](performance/e2e_insns_per_token.png)",
+        "",
+        "| mode | VLEN | insns / token | est. cycles / token | x torch-native |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in sorted(records, key=lambda r: (r["mode"], r["vlen"])):
+        ratio = r.get("ratio_vs_torch_native")
+        cycles = r.get("est_cycles_per_token")
+        out.append(
+            f"| {r['mode']} | {r['vlen']} | {r['insns_per_token']:,.0f} | "
+            f"{'-' if cycles is None else f'{cycles:,.0f}'} | "
+            f"{'-' if ratio is None else f'{ratio:.2f}'} |"
+        )
+    out.append("")
+    return out
+
+
+# ------------------------------------------------------------------------------ x86
+
+
+def x86_section(plt: Any, data: dict[str, Any] | None, img: Path) -> list[str]:
+    out = ["## 3. Attention side by side on the x86 machine (`nox -s bench-x86`)", ""]
+    if not data:
+        out += ["`build/bench/x86.json` was not present: not run.", ""]
+        return out
+    records: list[dict[str, Any]] = data["records"]
+    m = data["machine"]
+    ops = [op for op in ("decode", "extend") if any(r["op"] == op for r in records)]
+    fig, axes = plt.subplots(1, len(ops), figsize=(6 * len(ops), 4.5), squeeze=False)
+    for ax, op in zip(axes[0], ops, strict=True):
+        keys = sorted({(r["batch"], r["context"]) for r in records if r["op"] == op})
+        impls = ["rvv_fallback", "rvv_kernel"]
+        width = 0.8 / len(impls)
+        for j, impl in enumerate(impls):
+            xs, ys = [], []
+            for i, (b, c) in enumerate(keys):
+                rec = next(
+                    (
+                        r
+                        for r in records
+                        if (r["op"], r["batch"], r["context"], r["impl"]) == (op, b, c, impl)
+                    ),
+                    None,
+                )
+                if rec is not None:
+                    xs.append(i + j * width)
+                    ys.append(rec["ratio_vs_torch_native"])
+            ax.bar(xs, ys, width=width, label=IMPL_LABEL[impl])
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks([i + width * (len(impls) - 1) / 2 for i in range(len(keys))])
+        ax.set_xticklabels([f"B{b}\nC{c}" for b, c in keys], fontsize=8)
+        ax.set_yscale("log")
+        _plain_log(plt, ax.yaxis)
+        ax.set_ylabel("speed-up over SGLang torch_native (log)")
+        ax.set_title(f"{op}: torch_native median / median")
+        ax.legend(fontsize=8)
+    _save(plt, fig, img / "x86_speedup.png")
+
+    decode = [r for r in records if r["op"] == "decode"]
+    if decode:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for impl in ("torch_native", "rvv_fallback", "rvv_kernel"):
+            for b in sorted({r["batch"] for r in decode}):
+                pts = sorted(
+                    (r["context"], r["bandwidth_fraction"])
+                    for r in decode
+                    if r["impl"] == impl and r["batch"] == b
+                )
+                if pts:
+                    ax.plot(
+                        [p[0] for p in pts], [p[1] for p in pts], marker="o",
+                        label=f"{IMPL_LABEL[impl]}, B{b}",
+                    )  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(sorted({r["context"] for r in decode}))
+        _plain_log(plt, ax.xaxis)
+        ax.set_xlabel("context (tokens)")
+        ax.set_ylabel("KV bytes read per s / copy bandwidth (log)")
+        ax.set_title("decode: effective KV-cache bandwidth fraction")
+        ax.legend(fontsize=6, ncol=2)
+        _save(plt, fig, img / "x86_decode_bandwidth.png")
+
+    copy = data["copy_bandwidth"]
+    method = data["method"]
+    build = m.get("rvv_ops_build", {})
+    out += [
+        f"Machine: {m['cpu_model']} ({m['arch']}, {m['cores']} cores, torch threads "
+        f"{m['torch_threads']}, torch CPU capability {m['torch_cpu_capability']}, last-level "
+        f"cache {m['llc_bytes'] / 2**20:.0f} MiB), Python {m['python']}, torch {m['torch']}, "
+        f"SGLang {m['sglang']}, rvv-ops kernel variant `{build.get('active_variant', '?')}`. "
+        f"Run {m['date_utc']}.",
+        "",
+        f"Load: at the start `{m['uptime_start']}`; at the end `{m['uptime_end']}` "
+        f"({m['cores']} cores: a load average well above {m['cores']} means other work "
+        "shared the machine and the timings are noisy).",
+        "",
+        f"Copy bandwidth (the reference for the bandwidth fraction): "
+        f"{copy['median_bytes_per_s'] / 1e9:.2f} GB/s, {copy['definition']}, "
+        f"{copy['bytes'] / 2**20:.0f} MiB tensors.",
+        "",
+        "Method: Qwen2.5-1.5B attention shapes (12 query heads, 2 KV heads, head dim 128), "
+        "bf16 KV cache in SGLang's own pools, every request's tokens at random rows.",
+        f"- decode: {method['decode']};",
+        f"- extend: {method['extend']};",
+    ]
+    out += [f"- `{k}`: {v};" for k, v in method["impls"].items()]
+    out += [
+        f"- {method['statistic']}; up to {method['repeats']} timed calls per case and "
+        f"implementation ({method['repeats_rule']}); {method['cold_cache']};",
+        f"- numerics: {method['numerics']}: "
+        + (
+            "all agreed."
+            if all(n["ok"] for n in data["numerics"])
+            else "SOME DID NOT AGREE (see the JSON)."
+        ),
+        f"- `ratio` = {method['ratio_vs_torch_native']}; `bw fraction` = "
+        f"{method['bandwidth_fraction']}.",
+        "",
+        "![x86 speed-ups](performance/x86_speedup.png)",
+        "",
+    ]
+    if decode:
+        out += ["![x86 decode bandwidth](performance/x86_decode_bandwidth.png)", ""]
+    out += [
+        "| op | batch | context | impl | median ms | x torch_native | bw fraction |",
+        "|---|---:|---:|---|---:|---:|---:|",
+    ]
+    for r in records:
+        bw = r["bandwidth_fraction"]
+        out.append(
+            f"| {r['op']} | {r['batch']} | {r['context']} | {r['impl']} | "
+            f"{r['median_s'] * 1e3:.2f} | {r['ratio_vs_torch_native']:.2f} | "
+            f"{'-' if bw is None else f'{bw:.3f}'} |"
+        )
+    out.append("")
+    if data.get("skipped"):
+        out.append("Left out of this run:")
+        out += [
+            f"- {s['op']} batch {s['batch']} context {s['context']}: {s['reason']}"
+            for s in data["skipped"]
+        ]
+        out.append("")
+    out += ["Targets (issue 7; reported, not asserted):", ""]
+    for t in data["targets"]:
+        value = "not run" if t["value"] is None else f"{t['value']:.3f}"
+        verdict = {True: "met", False: "**not met**", None: "-"}[t["met"]]
+        out.append(f"- {t['target']}: {value} ({verdict})")
+    out.append("")
+    return out
+
+
+# ------------------------------------------------------------------------------ document
+
+PROXIES = """## What these numbers can and cannot say about a RISC-V board
+
+We have no RISC-V board. Every number here is a proxy:
+
+- **Instruction counts under QEMU** (sections 1 and 2) are exact and repeatable, and say how
+  much work the RVV code removes compared with scalar code of the same source, and how that
+  scales with VLEN. They do not model time: no caches or memory bandwidth, no latency or
+  throughput of vector instructions (a VLEN-256 core with a 128-bit datapath takes two
+  cycles or more per vector instruction), no in-order pipeline stalls, no threads. On a
+  memory-bound step such as decode attention, a board's speed-up can be far below the
+  instruction ratio. The DLEN-128 cycle estimate of section 2 is a model stated there,
+  not a measurement.
+- **The x86 side by side** (section 3) runs the rvv-ops kernels' *portable* C++ path, not
+  the RVV code, against torch's x86 kernels (oneDNN, AVX-512, AMX on this CPU). It shows
+  that all three implementations agree on the same SGLang batches, and how much of
+  torch_native's cost is structural (a Python loop over requests, a gathered copy of every
+  request's K/V, and in extend an attention over all `context` positions of which only the
+  new ones are kept). It says nothing direct about a board: there torch has no RVV
+  vectorisation at all (PyTorch's ATen has no RVV path), so torch_native is relatively
+  slower, while the kernels run their RVV variant instead of the portable one. Whether the
+  ratios grow or shrink on a board can only be measured on one.
+- A board result also depends on its memory system, thread count and clock, none of
+  which these proxies contain.
+"""
+
+
+def render(bench_dir: Path, docs: Path) -> str:
+    plt = _pyplot()
+    img = docs / "performance"
+    lines = [
+        "# Performance evidence",
+        "",
+        "Generated by `nox -s bench-report` (tools/bench_report.py) from the JSON files the",
+        "benchmark sessions write under `build/bench/`; do not edit by hand. Report built "
+        f"{datetime.datetime.now(datetime.UTC).date().isoformat()}.",
+        "",
+    ]
+    lines += kernels_section(plt, _load(bench_dir / "kernels.json"), img)
+    lines += e2e_section(plt, _load(bench_dir / "e2e_riscv.json"), img)
+    lines += x86_section(plt, _load(bench_dir / "x86.json"), img)
+    lines += PROXIES.splitlines()
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--bench-dir", type=Path, default=ROOT / "build" / "bench")
+    p.add_argument("--docs", type=Path, default=ROOT / "docs")
+    a = p.parse_args(argv)
+    text = render(a.bench_dir, a.docs)
+    out = a.docs / "performance.md"
+    out.write_text(text)
+    print(f"wrote {out} and {a.docs / 'performance'}/*.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

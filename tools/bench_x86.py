@@ -1,0 +1,592 @@
+"""Attention side by side on this (x86-64) machine: SGLang's torch_native vs rvv.
+
+One process, the same inputs for every implementation: Qwen2.5-1.5B's attention shapes
+(12 query heads, 2 KV heads, head dim 128), a bf16 KV cache in SGLang's own pools
+(``MHATokenToKVPool``, ``ReqToTokenPool``, page size 1, every request's tokens at rows of a
+random permutation of the pool, as a long-running server's allocator leaves them), for
+batch x context in {1, 4, 16} x {512, 2048, 8192}, decode and extend:
+
+- ``torch_native``: SGLang's own ``TorchNativeAttnBackend`` (the real class) on hand-built
+  ``ForwardBatch``es; timed: ``init_forward_metadata`` + ``forward_decode`` /
+  ``forward_extend`` (including its ``set_kv_buffer`` of the new tokens).
+- ``rvv_fallback``: rvv-attention's torch-native fallback (``ra.decode`` / ``ra.extend``
+  with ``RVV_ATTENTION_IMPL=fallback``).
+- ``rvv_kernel``: the rvv-ops kernels through rvv-attention's kernel path (``ra.decode`` /
+  ``ra.extend`` with ``RVV_ATTENTION_IMPL=kernel``, which raises instead of falling back),
+  i.e. ``torch.ops.sgl_kernel.decode_attention_cpu`` / ``extend_attention_cpu``; on x86 the
+  kernels' portable path (plain C++ emulating a 256-bit vector unit).
+
+Decode: one new token per request after ``context - 1`` cached ones (the new K/V are written
+at their rows, then attended with the other ``context - 1``). Extend: ``min(512, context)``
+new tokens per request after a cached prefix of ``context - 512`` tokens (chunked prefill /
+a prefix-cache hit followed by a 512-token chunk; at context 512 a full prefill).
+
+Per case every implementation runs once untimed and its output is compared with
+torch_native's (bf16 tolerance, atol = rtol = 2e-2; non-finite values fail), so a fast but
+wrong path cannot win; then ``repeats`` timed calls, the implementations interleaved call by
+call so load changes hit them alike; the medians are reported. Before each timed decode call
+a buffer twice the size of the last-level cache is written (a real model's 28 layers do not
+keep one layer's KV cache in cache between decode steps).
+
+``ratio_vs_torch_native`` = torch_native's median / this implementation's median (> 1:
+faster). ``bandwidth_fraction`` (decode only) = effective KV bandwidth / copy bandwidth:
+bytes of K and V the step must read (batch x context x 2 KV heads x (128 + 128) x 2 bytes)
+per second of the median, over the copy bandwidth measured in the same run (a torch copy
+of a uint8 tensor at least twice the last-level cache, bytes read + bytes written per
+second, median of several copies at the start and at the end).
+
+Writes ``build/bench/x86.json``: ``{"machine", "method", "copy_bandwidth", "numerics",
+"targets", "skipped", "samples", "records"}``, ``records`` a list of ``{"op", "batch",
+"context", "impl", "median_s", "ratio_vs_torch_native", "bandwidth_fraction"}`` (null where
+not applicable), and prints a table. Nothing here asserts a timing.
+
+Usage: python tools/bench_x86.py [--quick] [--out FILE] [--repeats N] [--batch B ...]
+       [--context C ...] [--op decode|extend ...] [--skip OP:B:C ...]
+(``--quick``: batch {1, 4} x context {512}, 2 repeats: a smoke check of the harness.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import importlib
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = ROOT / "build" / "bench" / "x86.json"
+
+# Qwen2.5-1.5B's attention: 12 query heads, 2 KV heads, head dim 128.
+HQ, HKV, HEAD_DIM = 12, 2, 128
+KV_DTYPE = torch.bfloat16
+EXTEND_NEW = 512
+BATCHES = (1, 4, 16)
+CONTEXTS = (512, 2048, 8192)
+OPS = ("decode", "extend")
+IMPLS = ("torch_native", "rvv_fallback", "rvv_kernel")
+# RVV_ATTENTION_IMPL for the rvv-attention implementations.
+IMPL_MODES = {"torch_native": None, "rvv_fallback": "fallback", "rvv_kernel": "kernel"}
+ATOL = RTOL = 2e-2
+TARGETS = (
+    # (what, op, batch, context, field, threshold)
+    ("decode >= 10x over torch_native at batch 16 / context 2048", "decode", 16, 2048, "ratio", 10),
+    ("extend >= 3x over torch_native at batch 4 / context 2048", "extend", 4, 2048, "ratio", 3),
+    ("decode bandwidth fraction >= 0.5 at context 8192, batch 1", "decode", 1, 8192, "bw", 0.5),
+    ("decode bandwidth fraction >= 0.5 at context 8192, batch 4", "decode", 4, 8192, "bw", 0.5),
+    ("decode bandwidth fraction >= 0.5 at context 8192, batch 16", "decode", 16, 8192, "bw", 0.5),
+)
+
+
+# ------------------------------------------------------------------------------ machine
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _llc_bytes() -> int:
+    """The largest cache's size from sysfs (64 MiB if unknown)."""
+    best = 0
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for size_file in base.glob("index*/size"):
+        text = size_file.read_text().strip()
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            best = max(best, int(digits) * mult)
+    return best or 64 << 20
+
+
+def _uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def machine_facts() -> dict[str, Any]:
+    import rvv_ops
+
+    sglang = importlib.import_module("sglang")
+    return {
+        "cpu_model": _cpu_model(),
+        "arch": platform.machine(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "llc_bytes": _llc_bytes(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "sglang": str(getattr(sglang, "__version__", "?")),
+        "rvv_ops_build": dict(rvv_ops.build_info()),
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "uptime_start": _uptime(),
+        "loadavg_start": list(os.getloadavg()),
+    }
+
+
+def copy_bandwidth(nbytes: int, repeats: int) -> list[float]:
+    """(bytes read + bytes written) / s of ``dst.copy_(src)`` for uint8 tensors of nbytes."""
+    src = torch.empty(nbytes, dtype=torch.uint8)
+    src.fill_(1)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # touch every page first
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        rates.append(2 * nbytes / (time.perf_counter() - t0))
+    del src, dst
+    return rates
+
+
+# ------------------------------------------------------------------------------ set-up
+
+
+def _sglang() -> dict[str, Any]:
+    """SGLang's classes (imported here: ``SGLANG_USE_CPU_ENGINE`` must be set first)."""
+    os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tn = importlib.import_module("sglang.srt.layers.attention.torch_native_backend")
+        radix = importlib.import_module("sglang.srt.layers.radix_attention")
+        pools = importlib.import_module("sglang.srt.mem_cache.memory_pool")
+        fbi = importlib.import_module("sglang.srt.model_executor.forward_batch_info")
+    return {
+        "TorchNativeAttnBackend": tn.TorchNativeAttnBackend,
+        "RadixAttention": radix.RadixAttention,
+        "MHATokenToKVPool": pools.MHATokenToKVPool,
+        "ReqToTokenPool": pools.ReqToTokenPool,
+        "ForwardBatch": fbi.ForwardBatch,
+        "ForwardMode": fbi.ForwardMode,
+    }
+
+
+@dataclass
+class Pools:
+    """Real SGLang pools holding ``batch`` requests of ``context`` tokens each."""
+
+    batch: int
+    context: int
+    runner: Any
+    layer: Any
+    k_buffer: torch.Tensor
+    v_buffer: torch.Tensor
+    req_to_token: torch.Tensor
+
+
+def make_pools(sg: dict[str, Any], batch: int, context: int, seed: int) -> Pools:
+    from types import SimpleNamespace
+
+    gen = torch.Generator().manual_seed(seed)
+    tokens = batch * context
+    r2t = sg["ReqToTokenPool"](
+        size=batch, max_context_len=context, device="cpu", enable_memory_saver=False
+    )
+    kv = sg["MHATokenToKVPool"](
+        size=tokens,
+        page_size=1,
+        dtype=KV_DTYPE,
+        head_num=HKV,
+        head_dim=HEAD_DIM,
+        layer_num=1,
+        device="cpu",
+        enable_memory_saver=False,
+        enable_alt_stream=False,
+    )
+    # Row 0 is SGLang's padding slot; requests get rows 1..tokens in random order.
+    rows = torch.randperm(tokens, generator=gen) + 1
+    r2t.req_to_token[:batch, :context] = rows.view(batch, context).to(r2t.req_to_token.dtype)
+    k_buf: torch.Tensor = kv.get_key_buffer(0)
+    v_buf: torch.Tensor = kv.get_value_buffer(0)
+    k_buf.copy_(torch.randn(k_buf.shape, generator=gen).to(KV_DTYPE))
+    v_buf.copy_(torch.randn(v_buf.shape, generator=gen).to(KV_DTYPE))
+    layer = sg["RadixAttention"](
+        num_heads=HQ, head_dim=HEAD_DIM, scaling=HEAD_DIM**-0.5, num_kv_heads=HKV, layer_id=0
+    )
+    # TorchNativeAttnBackend reads exactly these three attributes of its model runner.
+    runner = SimpleNamespace(device="cpu", req_to_token_pool=r2t, token_to_kv_pool=kv)
+    return Pools(batch, context, runner, layer, k_buf, v_buf, r2t.req_to_token)
+
+
+@dataclass
+class Case:
+    """One batch (decode or extend) over ``Pools`` and the calls of each implementation."""
+
+    op: str
+    pools: Pools
+    calls: dict[str, Callable[[], torch.Tensor]]
+    kv_bytes: int
+
+
+def make_case(sg: dict[str, Any], pools: Pools, op: str, seed: int) -> Case:
+    import rvv_attention as ra
+
+    gen = torch.Generator().manual_seed(seed)
+    b, c = pools.batch, pools.context
+    new = 1 if op == "decode" else min(EXTEND_NEW, c)
+    prefix = c - new
+    n = b * new
+    seq = torch.full((b,), c, dtype=torch.int64)
+    loc = pools.req_to_token[:b, prefix:c].reshape(-1).to(torch.int64)
+    mode = sg["ForwardMode"].DECODE if op == "decode" else sg["ForwardMode"].EXTEND
+    fb = sg["ForwardBatch"](
+        forward_mode=mode,
+        batch_size=b,
+        input_ids=torch.zeros(n, dtype=torch.int64),
+        req_pool_indices=torch.arange(b, dtype=torch.int64),
+        seq_lens=seq,
+        seq_lens_cpu=seq.clone(),
+        out_cache_loc=loc,
+        seq_lens_sum=b * c,
+        positions=torch.arange(prefix, c, dtype=torch.int64).repeat(b),
+    )
+    ext_lens = torch.full((b,), new, dtype=torch.int32)
+    ext_start = torch.arange(b, dtype=torch.int32) * new
+    if op == "extend":
+        fb.extend_prefix_lens = torch.full((b,), prefix, dtype=torch.int32)
+        fb.extend_prefix_lens_cpu = [prefix] * b
+        fb.extend_seq_lens = ext_lens
+        fb.extend_seq_lens_cpu = [new] * b
+        fb.extend_start_loc = ext_start
+        fb.extend_num_tokens = n
+    q = torch.randn(n, HQ * HEAD_DIM, generator=gen).to(KV_DTYPE)
+    k = torch.randn(n, HKV, HEAD_DIM, generator=gen).to(KV_DTYPE)
+    v = torch.randn(n, HKV, HEAD_DIM, generator=gen).to(KV_DTYPE)
+    q3 = q.view(n, HQ, HEAD_DIM)
+    out = torch.empty(n, HQ, HEAD_DIM, dtype=KV_DTYPE)
+    cache = ra.KVCache(pools.k_buffer, pools.v_buffer)
+    backend = sg["TorchNativeAttnBackend"](pools.runner)
+    layer = pools.layer
+    scale = HEAD_DIM**-0.5
+    r2t, rpi = pools.req_to_token, fb.req_pool_indices
+
+    def torch_native() -> torch.Tensor:
+        backend.init_forward_metadata(fb)
+        if op == "decode":
+            res: torch.Tensor = backend.forward_decode(q, k, v, layer, fb)
+        else:
+            res = backend.forward_extend(q, k, v, layer, fb)
+        return res
+
+    def rvv() -> torch.Tensor:
+        if op == "decode":
+            ra.decode(q3, cache, out, r2t, rpi, seq, sm_scale=scale, loc=loc, key=k, value=v)
+        else:
+            ra.extend(
+                q3, k, v, cache, out, r2t, rpi, seq, ext_lens, sm_scale=scale,
+                extend_start_loc=ext_start, out_cache_loc=loc, max_extend_len=new,
+            )  # fmt: skip
+        return out.view(n, HQ * HEAD_DIM)
+
+    kv_bytes = b * c * HKV * 2 * HEAD_DIM * KV_DTYPE.itemsize
+    calls = {"torch_native": torch_native, "rvv_fallback": rvv, "rvv_kernel": rvv}
+    return Case(op, pools, calls, kv_bytes)
+
+
+def set_impl_mode(impl: str) -> None:
+    """Points rvv-attention at the implementation ``impl`` stands for (outside the timing)."""
+    import rvv_attention as ra
+
+    mode = IMPL_MODES[impl]
+    if mode is None:
+        return
+    if os.environ.get(ra.ENV_IMPL) != mode:
+        os.environ[ra.ENV_IMPL] = mode
+        ra.clear_cache()
+
+
+# ------------------------------------------------------------------------------ running
+
+
+@dataclass
+class Options:
+    batches: tuple[int, ...]
+    contexts: tuple[int, ...]
+    ops: tuple[str, ...]
+    repeats: int
+    skip: frozenset[tuple[str, int, int]]
+    copy_bytes: int
+    flush_bytes: int
+    copy_repeats: int
+    budget: float
+
+
+def parse(argv: list[str] | None) -> tuple[Options, Path, bool]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--quick", action="store_true", help="batch {1, 4} x context {512}, 2 repeats")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON file ({DEFAULT_OUT})")
+    p.add_argument("--repeats", type=int, help="timed calls per case and implementation (5)")
+    p.add_argument(
+        "--budget", type=float, default=30.0,
+        help="seconds per case: fewer repeats (at least 3) where one round takes longer (30)",
+    )  # fmt: skip
+    p.add_argument("--batch", type=int, action="append", help="batch sizes (1, 4, 16)")
+    p.add_argument("--context", type=int, action="append", help="context lengths (512 2048 8192)")
+    p.add_argument("--op", choices=OPS, action="append", help="decode and/or extend (both)")
+    p.add_argument(
+        "--skip", action="append", default=[], metavar="OP:B:C",
+        help="leave out one case, e.g. extend:16:8192 (recorded in the JSON's 'skipped')",
+    )  # fmt: skip
+    a = p.parse_args(argv)
+    llc = _llc_bytes()
+    skip = set()
+    for item in a.skip:
+        op, b, c = item.split(":")
+        skip.add((op, int(b), int(c)))
+    if a.quick:
+        opts = Options((1, 4), (512,), OPS, 2, frozenset(skip), 64 << 20, 64 << 20, 3, a.budget)
+    else:
+        big = max(512 << 20, 2 * llc)
+        opts = Options(BATCHES, CONTEXTS, OPS, 5, frozenset(skip), big, big, 5, a.budget)
+    if a.batch:
+        opts.batches = tuple(a.batch)
+    if a.context:
+        opts.contexts = tuple(a.context)
+    if a.op:
+        opts.ops = tuple(a.op)
+    if a.repeats:
+        opts.repeats = a.repeats
+    return opts, a.out, a.quick
+
+
+def check(op: str, b: int, c: int, outs: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
+    """Each rvv implementation's output against torch_native's."""
+    ref = outs["torch_native"].double()
+    rows = []
+    for impl in IMPLS[1:]:
+        got = outs[impl].double()
+        finite = bool(torch.isfinite(got).all() and torch.isfinite(ref).all())
+        diff = float((got - ref).abs().max()) if finite else math.inf
+        ok = finite and bool(torch.allclose(got, ref, atol=ATOL, rtol=RTOL))
+        rows.append(
+            {"op": op, "batch": b, "context": c, "impl": impl, "vs": "torch_native",
+             "max_abs_diff": diff, "ok": ok}
+        )  # fmt: skip
+    return rows
+
+
+def run(opts: Options) -> dict[str, Any]:
+    tqdm: Any = importlib.import_module("tqdm").tqdm
+    sg = _sglang()
+    facts = machine_facts()
+    copies = copy_bandwidth(opts.copy_bytes, opts.copy_repeats)
+    flush = torch.empty(opts.flush_bytes, dtype=torch.uint8)
+
+    grid = [
+        (op, b, c)
+        for b in opts.batches
+        for c in opts.contexts
+        for op in opts.ops
+        if (op, b, c) not in opts.skip
+    ]
+    skipped = [
+        {"op": op, "batch": b, "context": c, "reason": "left out with --skip"}
+        for (op, b, c) in sorted(opts.skip)
+    ]
+    samples: dict[tuple[str, int, int, str], list[float]] = {}
+    kv_bytes: dict[tuple[str, int, int], int] = {}
+    numerics: list[dict[str, Any]] = []
+    bar = tqdm(
+        total=len(grid) * len(IMPLS) * (1 + opts.repeats), unit="call", file=sys.stderr,
+        mininterval=1.0, dynamic_ncols=True,
+    )  # fmt: skip
+    pools: Pools | None = None
+    with torch.inference_mode():
+        for op, b, c in grid:
+            if pools is None or (pools.batch, pools.context) != (b, c):
+                pools = None
+                gc.collect()
+                pools = make_pools(sg, b, c, seed=1000 * b + c)
+            case = make_case(sg, pools, op, seed=7 * b + c + (op == "extend"))
+            kv_bytes[(op, b, c)] = case.kv_bytes
+            bar.set_postfix_str(f"{op} batch {b} context {c}: check")
+            outs = {}
+            t_check = time.perf_counter()
+            for impl in IMPLS:
+                set_impl_mode(impl)
+                outs[impl] = case.calls[impl]().clone()
+                bar.update(1)
+            t_check = time.perf_counter() - t_check
+            numerics += check(op, b, c, outs)
+            del outs
+            # Long cases get fewer repeats (at least 3): about budget seconds per case.
+            reps = max(min(3, opts.repeats), min(opts.repeats, int(opts.budget / t_check)))
+            bar.total -= (opts.repeats - reps) * len(IMPLS)
+            bar.set_postfix_str(f"{op} batch {b} context {c}")
+            for _ in range(reps):
+                for impl in IMPLS:
+                    call = case.calls[impl]
+                    set_impl_mode(impl)
+                    if op == "decode":
+                        flush.fill_(len(samples) & 0xFF)
+                    t0 = time.perf_counter()
+                    call()
+                    dt = time.perf_counter() - t0
+                    samples.setdefault((op, b, c, impl), []).append(dt)
+                    bar.update(1)
+            del case
+    bar.close()
+    del pools, flush
+    gc.collect()
+    copies += copy_bandwidth(opts.copy_bytes, opts.copy_repeats)
+    facts["uptime_end"] = _uptime()
+    facts["loadavg_end"] = list(os.getloadavg())
+    copy_bw = statistics.median(copies)
+
+    records = []
+    for op, b, c in grid:
+        base = statistics.median(samples[(op, b, c, "torch_native")])
+        for impl in IMPLS:
+            med = statistics.median(samples[(op, b, c, impl)])
+            bw = kv_bytes[(op, b, c)] / med / copy_bw if op == "decode" else None
+            records.append(
+                {
+                    "op": op,
+                    "batch": b,
+                    "context": c,
+                    "impl": impl,
+                    "median_s": med,
+                    "ratio_vs_torch_native": base / med,
+                    "bandwidth_fraction": bw,
+                }
+            )
+    return {
+        "benchmark": "x86 attention side by side (tools/bench_x86.py)",
+        "machine": facts,
+        "method": method(opts),
+        "copy_bandwidth": {
+            "definition": "(bytes read + bytes written) / s of a torch uint8 tensor copy",
+            "bytes": opts.copy_bytes,
+            "samples_bytes_per_s": copies,
+            "median_bytes_per_s": copy_bw,
+        },
+        "numerics": numerics,
+        "targets": targets(records),
+        "skipped": skipped,
+        "samples": [
+            {"op": op, "batch": b, "context": c, "impl": impl, "times_s": ts}
+            for (op, b, c, impl), ts in samples.items()
+        ],
+        "records": records,
+    }
+
+
+def method(opts: Options) -> dict[str, Any]:
+    return {
+        "shapes": {"q_heads": HQ, "kv_heads": HKV, "head_dim": HEAD_DIM, "kv_dtype": "bf16"},
+        "decode": "1 new token per request after context - 1 cached tokens",
+        "extend": (
+            f"min({EXTEND_NEW}, context) new tokens per request after a cached prefix of "
+            f"context - {EXTEND_NEW} tokens (at context {EXTEND_NEW}: a full prefill)"
+        ),
+        "impls": {
+            "torch_native": "sglang TorchNativeAttnBackend on hand-built ForwardBatches "
+            "(init_forward_metadata + forward_decode / forward_extend)",
+            "rvv_fallback": "rvv_attention.decode / extend with RVV_ATTENTION_IMPL=fallback",
+            "rvv_kernel": "rvv_attention.decode / extend with RVV_ATTENTION_IMPL=kernel "
+            "(rvv-ops' sgl_kernel ops; portable kernel variant on x86)",
+        },
+        "repeats": opts.repeats,
+        "repeats_rule": f"min(repeats, max(3, {opts.budget:g} s / the time of one call of "
+        "each impl)); 'samples' holds every timed call",
+        "statistic": "median of the timed calls; implementations interleaved call by call",
+        "cold_cache": f"decode: {opts.flush_bytes >> 20} MiB written before each timed call",
+        "ratio_vs_torch_native": "torch_native median / impl median (> 1: faster)",
+        "bandwidth_fraction": "decode: batch*context*kv_heads*(head_dim+v_head_dim)*2 bytes "
+        "/ median_s / copy bandwidth",
+        "numerics": f"each impl once per case vs torch_native, atol = rtol = {ATOL}",
+        "batches": list(opts.batches),
+        "contexts": list(opts.contexts),
+        "ops": list(opts.ops),
+    }
+
+
+def targets(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for what, op, b, c, field, threshold in TARGETS:
+        rec = next(
+            (
+                r
+                for r in records
+                if (r["op"], r["batch"], r["context"], r["impl"]) == (op, b, c, "rvv_kernel")
+            ),
+            None,
+        )
+        value = None
+        if rec is not None:
+            value = rec["ratio_vs_torch_native" if field == "ratio" else "bandwidth_fraction"]
+        out.append(
+            {"target": what, "op": op, "batch": b, "context": c, "impl": "rvv_kernel",
+             "threshold": threshold, "value": value,
+             "met": None if value is None else bool(value >= threshold)}
+        )  # fmt: skip
+    return out
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [
+        f"{'op':<7}{'batch':>6}{'context':>8}  {'impl':<13}{'median ms':>11}"
+        f"{'x torch_native':>15}{'bw fraction':>12}"
+    ]
+    for r in result["records"]:
+        bw = r["bandwidth_fraction"]
+        lines.append(
+            f"{r['op']:<7}{r['batch']:>6}{r['context']:>8}  {r['impl']:<13}"
+            f"{r['median_s'] * 1e3:>11.2f}{r['ratio_vs_torch_native']:>15.2f}"
+            f"{'-' if bw is None else f'{bw:.3f}':>12}"
+        )
+    copy = result["copy_bandwidth"]["median_bytes_per_s"]
+    m = result["machine"]
+    lines.append(f"copy bandwidth (read + written): {copy / 1e9:.2f} GB/s")
+    lines.append(f"machine: {m['cpu_model']}, {m['cores']} cores, torch {m['torch']}")
+    lines.append(f"load at start: {m['uptime_start']}")
+    lines.append(f"load at end:   {m['uptime_end']}")
+    for t in result["targets"]:
+        value = "not run" if t["value"] is None else f"{t['value']:.3f}"
+        verdict = {True: "met", False: "NOT met", None: "-"}[t["met"]]
+        lines.append(f"target: {t['target']}: {value} ({verdict})")
+    for s in result["skipped"]:
+        lines.append(f"skipped: {s['op']} batch {s['batch']} context {s['context']}: {s['reason']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts, out, _quick = parse(argv)
+    result = run(opts)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(table(result))
+    print(f"wrote {out}")
+    bad = [n for n in result["numerics"] if not n["ok"]]
+    for n in bad:
+        print(
+            f"NUMERICS FAILED: {n['op']} batch {n['batch']} context {n['context']} {n['impl']}: "
+            f"max |diff| vs torch_native {n['max_abs_diff']:.3g}",
+            file=sys.stderr,
+        )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
