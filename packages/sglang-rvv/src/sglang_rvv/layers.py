@@ -1,29 +1,31 @@
 """Routing SGLang's CPU model layers to the ``torch.ops.sgl_kernel`` RVV ops of rvv-ops.
 
 SGLang's CPU layers call the sgl_kernel ops only when ``cpu_has_amx_support()`` holds (an
-Intel AMX CPU with sgl-kernel's CPU build): never on RISC-V. With routing on, hooks registered
-through SGLang's plugin ``HookRegistry`` (applied by SGLang in every process, after the
-plugins load) make these methods call the RVV ops, with the same arguments SGLang's own AMX
+Intel AMX CPU with sgl-kernel's CPU build): never on RISC-V, where they run their
+``forward_native`` torch code. With routing on, AROUND hooks registered through SGLang's plugin
+``HookRegistry`` (applied by SGLang in every process, after the plugins load and before the
+model is built) make these methods call the RVV ops, with the arguments SGLang's own AMX
 branch passes:
 
 =============================================================  =================================
 SGLang method                                                   RVV op
 =============================================================  =================================
-``layernorm.RMSNorm.forward_cpu``                               ``rmsnorm_cpu`` /
+``layernorm.RMSNorm.forward_native``                            ``rmsnorm_cpu`` /
                                                                 ``fused_add_rmsnorm_cpu``
-``layernorm.GemmaRMSNorm.forward_cpu``                          ``gemma_rmsnorm_cpu`` /
+``layernorm.GemmaRMSNorm.forward_native``                       ``gemma_rmsnorm_cpu`` /
                                                                 ``gemma_fused_add_rmsnorm_cpu``
-``layernorm.LayerNorm.forward_cpu``                             ``layernorm_cpu``
-``activation.SiluAndMul.forward_cpu``                           ``silu_and_mul_cpu``
-``activation.GeluAndMul.forward_cpu``                           ``gelu_and_mul_cpu`` /
+``layernorm.LayerNorm.forward_native``                          ``layernorm_cpu``
+``activation.SiluAndMul.forward_native``                        ``silu_and_mul_cpu``
+``activation.GeluAndMul.forward_native``                        ``gelu_and_mul_cpu`` /
                                                                 ``gelu_tanh_and_mul_cpu``
-``rotary_embedding.base.RotaryEmbedding.forward_cpu``           ``rotary_embedding_cpu``
+``rotary_embedding.base.RotaryEmbedding.forward_native``        ``rotary_embedding_cpu``
 ``quantization.unquant.UnquantizedLinearMethod``                ``convert_weight_packed`` once at
 (``process_weights_after_loading``, ``apply``)                  load, ``weight_packed_linear``
 =============================================================  =================================
 
-Cases the ops do not take (e.g. a ``post_residual_addition`` the op has no argument for is
-folded in first, as SGLang does; a weight on another device) go to SGLang's own method.
+A ``post_residual_addition`` is folded into the residual first, as SGLang's AMX branch does;
+cases the ops do not cover exactly (a norm with ``variance_size_override``, fp32 residuals or
+a weight of another dtype, tensors on another device, ...) go to SGLang's own method.
 
 The switch is the environment variable ``SGLANG_RVV_LAYERS``: ``auto`` (default: on when the
 CPU has the RISC-V vector extension), ``1`` (on, on any host: how tests prove the routing on
@@ -107,12 +109,33 @@ def read_stats(directory: str | os.PathLike[str]) -> Counter[str]:
 
 
 # ------------------------------------------------------------------------------- hooks
-# AROUND hooks: fn(original, *args, **kwargs). ``self`` is args[0].
+# AROUND hooks on the layers' ``forward_native``: fn(original, self, *args, **kwargs).
+# ``forward_native`` is what SGLang's dispatch (``sglang.kernels.fused_op``) runs on a CPU
+# without AMX, and what it falls back to everywhere; ``forward_cpu`` is taken only with AMX
+# and sgl-kernel's CPU build, where these hooks do not matter. Anything the ops do not cover
+# exactly goes to the original.
 
 _sgl: Any = torch.ops.sgl_kernel
 
 
-def rmsnorm_forward_cpu(
+def _plain_rmsnorm(self: Any, x: torch.Tensor) -> bool:
+    weight = getattr(self, "weight", None)
+    return (
+        x.device.type == "cpu"
+        and isinstance(weight, torch.Tensor)
+        and weight.dtype == x.dtype
+        and x.dtype in _FLOAT_DTYPES
+        and x.dim() >= 1
+        and x.stride(-1) == 1
+        and getattr(self, "has_weight", True)
+        and getattr(self, "variance_size_override", None) is None
+        and not getattr(self, "fp32_residual", False)
+        and getattr(self, "override_orig_dtype", None) is None
+        and not getattr(self, "cast_x_before_out_mul", False)
+    )
+
+
+def rmsnorm_forward(
     original: Callable[..., Any],
     self: Any,
     x: torch.Tensor,
@@ -121,8 +144,13 @@ def rmsnorm_forward_cpu(
     *args: Any,
     **kwargs: Any,
 ) -> Any:
-    """``RMSNorm.forward_cpu`` through ``rmsnorm_cpu`` / ``fused_add_rmsnorm_cpu``."""
-    if getattr(self, "variance_size_override", None) is not None or x.device.type != "cpu":
+    """``RMSNorm.forward_native`` through ``rmsnorm_cpu`` / ``fused_add_rmsnorm_cpu``."""
+    if (
+        args
+        or kwargs.get("quant_linear") is not None
+        or not _plain_rmsnorm(self, x)
+        or (residual is not None and residual.dtype != x.dtype)
+    ):
         return original(self, x, residual, post_residual_addition, *args, **kwargs)
     weight = self.weight.data
     if residual is not None:
@@ -135,7 +163,7 @@ def rmsnorm_forward_cpu(
     return _sgl.rmsnorm_cpu(x, weight, self.variance_epsilon)
 
 
-def gemma_rmsnorm_forward_cpu(
+def gemma_rmsnorm_forward(
     original: Callable[..., Any],
     self: Any,
     x: torch.Tensor,
@@ -144,8 +172,13 @@ def gemma_rmsnorm_forward_cpu(
     *args: Any,
     **kwargs: Any,
 ) -> Any:
-    """``GemmaRMSNorm.forward_cpu`` through the ``gemma_*rmsnorm_cpu`` ops."""
-    if x.device.type != "cpu" or args or kwargs:
+    """``GemmaRMSNorm.forward_native`` through the ``gemma_*rmsnorm_cpu`` ops."""
+    if (
+        args
+        or kwargs
+        or not _plain_rmsnorm(self, x)
+        or (residual is not None and residual.dtype != x.dtype)
+    ):
         return original(self, x, residual, post_residual_addition, *args, **kwargs)
     weight = self.weight.data
     if residual is not None:
@@ -158,36 +191,44 @@ def gemma_rmsnorm_forward_cpu(
     return _sgl.gemma_rmsnorm_cpu(x, weight, self.variance_epsilon)
 
 
-def layernorm_forward_cpu(original: Callable[..., Any], self: Any, x: torch.Tensor) -> Any:
-    """``LayerNorm.forward_cpu`` through ``layernorm_cpu``."""
-    if x.device.type != "cpu":
+def layernorm_forward(original: Callable[..., Any], self: Any, x: torch.Tensor) -> Any:
+    """``LayerNorm.forward_native`` through ``layernorm_cpu``."""
+    weight = getattr(self, "weight", None)
+    bias = getattr(self, "bias", None) if getattr(self, "use_bias", False) else None
+    if (
+        x.device.type != "cpu"
+        or x.dtype not in _FLOAT_DTYPES
+        or not isinstance(weight, torch.Tensor)
+        or weight.dtype not in (x.dtype, torch.float32)
+        or (bias is not None and bias.dtype != weight.dtype)
+        or getattr(self, "elementwise_affine", True) is False
+    ):
         return original(self, x)
-    bias = self.bias.data if getattr(self, "use_bias", False) else None
     _count("layernorm_cpu")
-    return _sgl.layernorm_cpu(x, self.weight.data, bias, self.variance_epsilon)
+    return _sgl.layernorm_cpu(
+        x, weight.data, None if bias is None else bias.data, self.variance_epsilon
+    )
 
 
-def silu_and_mul_forward_cpu(original: Callable[..., Any], self: Any, x: torch.Tensor) -> Any:
-    """``SiluAndMul.forward_cpu`` through ``silu_and_mul_cpu``."""
-    if x.device.type != "cpu":
+def silu_and_mul_forward(original: Callable[..., Any], self: Any, x: torch.Tensor) -> Any:
+    """``SiluAndMul.forward_native`` through ``silu_and_mul_cpu``."""
+    if x.device.type != "cpu" or x.dtype not in _FLOAT_DTYPES or x.dim() < 1:
         return original(self, x)
     _count("silu_and_mul_cpu")
     return _sgl.silu_and_mul_cpu(x)
 
 
-def gelu_and_mul_forward_cpu(original: Callable[..., Any], self: Any, x: torch.Tensor) -> Any:
-    """``GeluAndMul.forward_cpu`` through ``gelu_and_mul_cpu`` / ``gelu_tanh_and_mul_cpu``."""
+def gelu_and_mul_forward(original: Callable[..., Any], self: Any, x: torch.Tensor) -> Any:
+    """``GeluAndMul.forward_native`` through ``gelu_and_mul_cpu`` / ``gelu_tanh_and_mul_cpu``."""
     approximate = getattr(self, "approximate", None)
-    if x.device.type != "cpu" or approximate not in ("none", "tanh"):
+    if x.device.type != "cpu" or x.dtype not in _FLOAT_DTYPES or approximate not in _GELU:
         return original(self, x)
-    if approximate == "tanh":
-        _count("gelu_tanh_and_mul_cpu")
-        return _sgl.gelu_tanh_and_mul_cpu(x)
-    _count("gelu_and_mul_cpu")
-    return _sgl.gelu_and_mul_cpu(x)
+    op = _GELU[approximate]
+    _count(op)
+    return getattr(_sgl, op)(x)
 
 
-def rotary_forward_cpu(
+def rotary_forward(
     original: Callable[..., Any],
     self: Any,
     positions: torch.Tensor,
@@ -196,19 +237,31 @@ def rotary_forward_cpu(
     offsets: torch.Tensor | None = None,
     fused_set_kv_buffer_arg: Any = None,
 ) -> Any:
-    """``RotaryEmbedding.forward_cpu`` through ``rotary_embedding_cpu``."""
-    if fused_set_kv_buffer_arg is not None or query.device.type != "cpu":
+    """``RotaryEmbedding.forward_native`` through ``rotary_embedding_cpu``."""
+    cache = getattr(self, "cos_sin_cache", None)
+    if (
+        fused_set_kv_buffer_arg is not None
+        or query.device.type != "cpu"
+        or query.dtype not in _FLOAT_DTYPES
+        or key is None
+        or key.dtype != query.dtype
+        or not isinstance(cache, torch.Tensor)
+        or cache.dim() != 2
+    ):
         return original(self, positions, query, key, offsets, fused_set_kv_buffer_arg)
     if offsets is not None:
         positions = positions + offsets
-    cache = self.cos_sin_cache
-    if cache.dtype != query.dtype and cache.dtype != torch.float32:
-        cache = cache.to(query.dtype)
+    if cache.dtype not in (query.dtype, torch.float32):
+        cache = cache.to(torch.float32)
     _count("rotary_embedding_cpu")
-    return _sgl.rotary_embedding_cpu(
-        positions, query, key, self.head_size, cache, self.is_neox_style
+    q, k = _sgl.rotary_embedding_cpu(
+        positions.reshape(-1), query, key, self.head_size, cache, self.is_neox_style
     )
+    return q.view(query.shape), k.view(key.shape)
 
+
+_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_GELU = {"none": "gelu_and_mul_cpu", "tanh": "gelu_tanh_and_mul_cpu"}
 
 _PACKED = "_rvv_packed_weight"
 _GEMM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -251,12 +304,12 @@ def linear_apply(
 
 _BASE = "sglang.srt.layers."
 HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
-    (_BASE + "layernorm.RMSNorm.forward_cpu", rmsnorm_forward_cpu),
-    (_BASE + "layernorm.GemmaRMSNorm.forward_cpu", gemma_rmsnorm_forward_cpu),
-    (_BASE + "layernorm.LayerNorm.forward_cpu", layernorm_forward_cpu),
-    (_BASE + "activation.SiluAndMul.forward_cpu", silu_and_mul_forward_cpu),
-    (_BASE + "activation.GeluAndMul.forward_cpu", gelu_and_mul_forward_cpu),
-    (_BASE + "rotary_embedding.base.RotaryEmbedding.forward_cpu", rotary_forward_cpu),
+    (_BASE + "layernorm.RMSNorm.forward_native", rmsnorm_forward),
+    (_BASE + "layernorm.GemmaRMSNorm.forward_native", gemma_rmsnorm_forward),
+    (_BASE + "layernorm.LayerNorm.forward_native", layernorm_forward),
+    (_BASE + "activation.SiluAndMul.forward_native", silu_and_mul_forward),
+    (_BASE + "activation.GeluAndMul.forward_native", gelu_and_mul_forward),
+    (_BASE + "rotary_embedding.base.RotaryEmbedding.forward_native", rotary_forward),
 )
 LINEAR_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (
