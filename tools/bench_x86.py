@@ -40,9 +40,12 @@ Writes ``build/bench/x86.json``: ``{"machine", "method", "copy_bandwidth", "nume
 "context", "impl", "median_s", "ratio_vs_torch_native", "bandwidth_fraction"}`` (null where
 not applicable), and prints a table. Nothing here asserts a timing.
 
-Usage: python tools/bench_x86.py [--quick] [--out FILE] [--repeats N] [--batch B ...]
-       [--context C ...] [--op decode|extend ...] [--skip OP:B:C ...]
-(``--quick``: batch {1, 4} x context {512}, 2 repeats: a smoke check of the harness.)
+Usage: python tools/bench_x86.py [--quick] [--out FILE] [--repeats N] [--budget S]
+       [--batch B ...] [--context C ...] [--op decode|extend ...] [--skip OP:B:C ...]
+       [--time-limit MIN]
+(``--quick``: batch {1, 4} x context {512}, 2 repeats: a smoke check of the harness.
+Cases run decode first, then extend, each in order of growing work; with ``--time-limit``
+a case predicted to end after the limit is left out and listed in ``skipped``.)
 """
 
 from __future__ import annotations
@@ -330,6 +333,7 @@ class Options:
     flush_bytes: int
     copy_repeats: int
     budget: float
+    time_limit: float | None
 
 
 def parse(argv: list[str] | None) -> tuple[Options, Path, bool]:
@@ -345,20 +349,27 @@ def parse(argv: list[str] | None) -> tuple[Options, Path, bool]:
     p.add_argument("--context", type=int, action="append", help="context lengths (512 2048 8192)")
     p.add_argument("--op", choices=OPS, action="append", help="decode and/or extend (both)")
     p.add_argument(
+        "--time-limit", type=float, metavar="MIN",
+        help="do not start a case predicted (from the previous case of its op, scaled by its "
+        "work) to end after MIN minutes; such cases are listed in 'skipped'",
+    )  # fmt: skip
+    p.add_argument(
         "--skip", action="append", default=[], metavar="OP:B:C",
         help="leave out one case, e.g. extend:16:8192 (recorded in the JSON's 'skipped')",
     )  # fmt: skip
     a = p.parse_args(argv)
     llc = _llc_bytes()
+    limit = None if a.time_limit is None else 60.0 * a.time_limit
     skip = set()
     for item in a.skip:
         op, b, c = item.split(":")
         skip.add((op, int(b), int(c)))
     if a.quick:
-        opts = Options((1, 4), (512,), OPS, 2, frozenset(skip), 64 << 20, 64 << 20, 3, a.budget)
+        small = 64 << 20
+        opts = Options((1, 4), (512,), OPS, 2, frozenset(skip), small, small, 3, a.budget, limit)
     else:
         big = max(512 << 20, 2 * llc)
-        opts = Options(BATCHES, CONTEXTS, OPS, 5, frozenset(skip), big, big, 5, a.budget)
+        opts = Options(BATCHES, CONTEXTS, OPS, 5, frozenset(skip), big, big, 5, a.budget, limit)
     if a.batch:
         opts.batches = tuple(a.batch)
     if a.context:
@@ -368,6 +379,11 @@ def parse(argv: list[str] | None) -> tuple[Options, Path, bool]:
     if a.repeats:
         opts.repeats = a.repeats
     return opts, a.out, a.quick
+
+
+def _work(op: str, b: int, c: int) -> float:
+    """A case's relative cost: K/V rows read x query rows (decode: 1, extend: new tokens)."""
+    return b * c * (1 if op == "decode" else min(EXTEND_NEW, c))
 
 
 def check(op: str, b: int, c: int, outs: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
@@ -393,13 +409,18 @@ def run(opts: Options) -> dict[str, Any]:
     copies = copy_bandwidth(opts.copy_bytes, opts.copy_repeats)
     flush = torch.empty(opts.flush_bytes, dtype=torch.uint8)
 
-    grid = [
-        (op, b, c)
-        for b in opts.batches
-        for c in opts.contexts
-        for op in opts.ops
-        if (op, b, c) not in opts.skip
-    ]
+    # Decode first (cheap, and every decode target), then extend; each by growing work, so
+    # a --time-limit cuts the largest cases.
+    grid = sorted(
+        (
+            (op, b, c)
+            for b in opts.batches
+            for c in opts.contexts
+            for op in opts.ops
+            if (op, b, c) not in opts.skip
+        ),
+        key=lambda k: (OPS.index(k[0]), _work(*k), k[1]),
+    )
     skipped = [
         {"op": op, "batch": b, "context": c, "reason": "left out with --skip"}
         for (op, b, c) in sorted(opts.skip)
@@ -407,13 +428,28 @@ def run(opts: Options) -> dict[str, Any]:
     samples: dict[tuple[str, int, int, str], list[float]] = {}
     kv_bytes: dict[tuple[str, int, int], int] = {}
     numerics: list[dict[str, Any]] = []
+    done: list[tuple[str, int, int]] = []
+    last: dict[str, tuple[float, float]] = {}  # op -> (work, seconds) of its latest case
     bar = tqdm(
         total=len(grid) * len(IMPLS) * (1 + opts.repeats), unit="call", file=sys.stderr,
         mininterval=1.0, dynamic_ncols=True,
     )  # fmt: skip
     pools: Pools | None = None
+    start = time.monotonic()
     with torch.inference_mode():
         for op, b, c in grid:
+            work = _work(op, b, c)
+            if opts.time_limit is not None and op in last:
+                predicted = last[op][1] * work / last[op][0]
+                if time.monotonic() - start + predicted > opts.time_limit:
+                    skipped.append(
+                        {"op": op, "batch": b, "context": c,
+                         "reason": f"the run's time limit ({opts.time_limit / 60:g} min) would "
+                         f"have been exceeded (about {predicted:.0f} s predicted)"}
+                    )  # fmt: skip
+                    bar.total -= len(IMPLS) * (1 + opts.repeats)
+                    continue
+            t_case = time.monotonic()
             if pools is None or (pools.batch, pools.context) != (b, c):
                 pools = None
                 gc.collect()
@@ -439,13 +475,15 @@ def run(opts: Options) -> dict[str, Any]:
                     call = case.calls[impl]
                     set_impl_mode(impl)
                     if op == "decode":
-                        flush.fill_(len(samples) & 0xFF)
+                        flush.fill_(1)
                     t0 = time.perf_counter()
                     call()
                     dt = time.perf_counter() - t0
                     samples.setdefault((op, b, c, impl), []).append(dt)
                     bar.update(1)
             del case
+            done.append((op, b, c))
+            last[op] = (work, time.monotonic() - t_case)
     bar.close()
     del pools, flush
     gc.collect()
@@ -455,7 +493,7 @@ def run(opts: Options) -> dict[str, Any]:
     copy_bw = statistics.median(copies)
 
     records = []
-    for op, b, c in grid:
+    for op, b, c in sorted(done, key=lambda k: (OPS.index(k[0]), k[1], k[2])):
         base = statistics.median(samples[(op, b, c, "torch_native")])
         for impl in IMPLS:
             med = statistics.median(samples[(op, b, c, impl)])
