@@ -221,8 +221,8 @@ def x86_section(plt: Any, data: dict[str, Any] | None, img: Path) -> list[str]:
         f"Machine: {m['cpu_model']} ({m['arch']}, {m['cores']} cores, torch threads "
         f"{m['torch_threads']}, torch CPU capability {m['torch_cpu_capability']}, last-level "
         f"cache {m['llc_bytes'] / 2**20:.0f} MiB), Python {m['python']}, torch {m['torch']}, "
-        f"SGLang {m['sglang']}, rvv-ops kernel variant `{build.get('active_variant', '?')}`. "
-        f"Run {m['date_utc']}.",
+        f"SGLang {m['sglang']}, rvv-ops kernel variant `{build.get('active_variant', '?')}`, "
+        f"checkout `{m.get('git', '?')}`. Run {m['date_utc']}.",
         "",
         f"Load: at the start `{m['uptime_start']}`; at the end `{m['uptime_end']}` "
         f"({m['cores']} cores: a load average well above {m['cores']} means other work "

@@ -127,6 +127,17 @@ def _uptime() -> str:
         return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def _git() -> str:
+    """The checkout's commit (``-dirty``: with uncommitted changes)."""
+    try:
+        return subprocess.run(
+            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def machine_facts() -> dict[str, Any]:
     import rvv_ops
 
@@ -142,6 +153,7 @@ def machine_facts() -> dict[str, Any]:
         "torch": torch.__version__,
         "sglang": str(getattr(sglang, "__version__", "?")),
         "rvv_ops_build": dict(rvv_ops.build_info()),
+        "git": _git(),
         "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "uptime_start": _uptime(),
         "loadavg_start": list(os.getloadavg()),
