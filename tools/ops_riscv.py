@@ -188,12 +188,14 @@ def run_attention_tests(
     transformers_dir: Path | None,
     tests: Sequence[str] = (),
     pytest_args: Sequence[str] = (),
+    doctor: bool = False,
 ) -> int:
     """Runs packages/rvv-attention/tests (or the given test files) in the root's Python.
 
     ``wheels`` (rvv-ops, rvv-kernels, rvv-attention) go into a fresh venv like
     :func:`run_tests`; with ``transformers_dir`` transformers is installed from there
-    (no index: the root supplies numpy and PyYAML). Returns pytest's exit code.
+    (no index: the root supplies numpy and PyYAML). With ``doctor`` the doctor's report
+    follows the tests. Returns pytest's exit code.
     """
     root = rvvtools.riscv_root()
     qemu = rvvtools.qemu_cmd(vlen, zvfh, sysroot=root)
@@ -210,8 +212,11 @@ def run_attention_tests(
         subprocess.run([*pip, "--no-deps", *map(str, wheels)], env=env, check=True)
         if transformers_dir is not None:
             start = time.monotonic()
+            # --no-compile: byte-compiling all of transformers under emulation takes minutes;
+            # the modules the tests import are compiled on first import instead.
             subprocess.run(
-                [*pip, "--find-links", str(transformers_dir), TRANSFORMERS_WHEELS[0]],
+                [*pip, "--no-compile", "--find-links", str(transformers_dir),
+                 TRANSFORMERS_WHEELS[0]],
                 env=env, check=True,
             )  # fmt: skip
             print(f"installed {TRANSFORMERS_WHEELS[0]} in {time.monotonic() - start:.0f} s")
@@ -224,7 +229,11 @@ def run_attention_tests(
         paths = [str(ATTENTION / "tests" / t) for t in tests] or [str(ATTENTION / "tests")]
         cmd = [*python, "-m", "pytest", *paths]
         print(f"+ {shlex.join(cmd + list(pytest_args))}", flush=True)
-        return subprocess.run([*cmd, *pytest_args], env=test_env, cwd=REPO, check=False).returncode
+        code = subprocess.run([*cmd, *pytest_args], env=test_env, cwd=REPO, check=False).returncode
+        if doctor:
+            print("+ python -m rvv_attention (the doctor, on the emulated CPU)", flush=True)
+            subprocess.run([*python, "-m", "rvv_attention"], env=env, check=False)
+        return code
 
 
 @dataclass(frozen=True)
@@ -325,6 +334,7 @@ def _attention(
             transformers_dir=tdir,
             tests=tests,
             pytest_args=args.pytest_args,
+            doctor=not tests,
         )
         results.append((what, code, time.monotonic() - start))
     return results

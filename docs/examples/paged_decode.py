@@ -119,7 +119,11 @@ def run(steps: int = 16, kv_dtype: str = "fp32") -> list[list[int]]:
 
 
 def dequantised(cache: ra.KVCache, rows: Tensor) -> tuple[Tensor, Tensor]:
-    k, v = cache.k[rows].float(), cache.v[rows].float()
+    if cache.kind == "fp8":  # torch 2.6 cannot index fp8 tensors: go through their bytes
+        k = cache.k.view(torch.uint8)[rows].view(cache.dtype).float()
+        v = cache.v.view(torch.uint8)[rows].view(cache.dtype).float()
+    else:
+        k, v = cache.k[rows].float(), cache.v[rows].float()
     if cache.kind == "int8":
         assert cache.k_scales is not None and cache.v_scales is not None
         return k * cache.k_scales[rows, :, None], v * cache.v_scales[rows, :, None]

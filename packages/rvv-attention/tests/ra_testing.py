@@ -19,6 +19,23 @@ import torch
 from torch import Tensor
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def set_row(t: Tensor, row: int, x: Tensor) -> None:
+    """``t[row] = x``; fp8 through uint8 views (torch 2.6)."""
+    if t.dtype in FP8:
+        t.view(torch.uint8)[row] = x.view(torch.uint8)
+    else:
+        t[row] = x
+
+
+def rows_of(t: Tensor, rows: Tensor) -> Tensor:
+    """``t[rows]``; fp8 through uint8 (torch 2.6 cannot index fp8 tensors)."""
+    if t.dtype in FP8:
+        return t.view(torch.uint8)[rows].view(t.dtype)
+    return t[rows]
+
+
 EMULATED = platform.machine() == "riscv64"
 
 
@@ -78,7 +95,7 @@ def store(x: Tensor, cache: ra.KVCache, which: str) -> tuple[Tensor, Tensor | No
 
 def real(cache: ra.KVCache, which: str, rows: Tensor) -> Tensor:
     """fp64 real values of cache rows."""
-    t = (cache.k if which == "k" else cache.v)[rows].to(torch.float64)
+    t = rows_of(cache.k if which == "k" else cache.v, rows).to(torch.float64)
     if cache.dtype == torch.int8:
         sc = cache.k_scales if which == "k" else cache.v_scales
         assert sc is not None

@@ -7,7 +7,7 @@ import math
 import pytest
 import rvv_attention as ra
 import torch
-from ra_testing import make_paged, quantize_int8_ref, tolerance
+from ra_testing import make_paged, quantize_int8_ref, rows_of, tolerance
 from rvv_attention import _kernel
 from torch import Tensor
 
@@ -109,11 +109,12 @@ def test_int8_and_fp8_writes_are_the_same_bytes(mode: str, monkeypatch: pytest.M
         )
         if cache_dtype == torch.int8:
             qr, sr = quantize_int8_ref(key)
-            assert torch.equal(p.cache.k[loc], qr)
+            assert torch.equal(rows_of(p.cache.k, loc), qr)
             assert p.cache.k_scales is not None and torch.equal(p.cache.k_scales[loc], sr)
         else:
             want = (key.float() / p.cache.k_scale).to(cache_dtype)
-            assert torch.equal(p.cache.k[loc].view(torch.uint8), want.view(torch.uint8))
+            got = rows_of(p.cache.k, loc).view(torch.uint8)
+            assert torch.equal(got, want.view(torch.uint8))
 
 
 # -- bad inputs ---------------------------------------------------------------------------

@@ -146,13 +146,18 @@ def test_detect_no_zvl_and_no_kernels_gives_the_minimum() -> None:
 
 def test_detect_zvl_board() -> None:
     caps = detect_caps(
-        cpuinfo_text=ZVL, auxv=auxv({AT_HWCAP: HWCAP_IMAFDCV}), machine="riscv64", threads=4
+        cpuinfo_text=ZVL,
+        auxv=auxv({AT_HWCAP: HWCAP_IMAFDCV}),
+        hwprobe_ext=None,
+        machine="riscv64",
+        threads=4,
     )
     assert caps.vlen == 128 and caps.vlen_source == "isa" and caps.zvfh
     # vlenb wins over the isa string, and a disagreement is reported
     caps = detect_caps(
         cpuinfo_text=ZVL.replace("zvl128b", "zvl512b"),
         auxv=auxv({AT_HWCAP: HWCAP_IMAFDCV}),
+        hwprobe_ext=None,
         machine="riscv64",
         kernels=k1_kernels(vlen=128),
         threads=4,
@@ -187,7 +192,12 @@ def test_detect_hwprobe_wins_for_zvf() -> None:
 
 def test_detect_x86() -> None:
     caps = detect_caps(
-        cpuinfo_text=X86, auxv=auxv({AT_HWCAP: 0xFFFFFFFF}), machine="x86_64", threads=2, cores=2
+        cpuinfo_text=X86,
+        auxv=auxv({AT_HWCAP: 0xFFFFFFFF}),
+        hwprobe_ext=None,
+        machine="x86_64",
+        threads=2,
+        cores=2,
     )
     assert not caps.has_v and caps.vlen == 0 and caps.vlen_source == "none"
     assert not (caps.zvfh or caps.zvfhmin or caps.zvfbfmin) and caps.source == "none"

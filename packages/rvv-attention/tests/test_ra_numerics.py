@@ -19,6 +19,7 @@ from ra_testing import (
     ref_decode,
     ref_extend,
     same_impl_tolerance,
+    set_row,
     store,
     tolerance,
     with_cache,
@@ -124,8 +125,8 @@ def _run_decode(case: DecodeCase) -> tuple[Tensor, object, Tensor, object]:
             r = int(loc[i])
             kq, ks = store(key[i : i + 1], expected_cache, "k")
             vq, vs = store(value[i : i + 1], expected_cache, "v")
-            expected_cache.v[r] = vq[0]
-            expected_cache.k[r] = kq[0]
+            set_row(expected_cache.v, r, vq[0])
+            set_row(expected_cache.k, r, kq[0])
             if ks is not None and vs is not None:
                 assert expected_cache.k_scales is not None and expected_cache.v_scales is not None
                 expected_cache.k_scales[r] = ks[0]
@@ -294,8 +295,8 @@ def _run_extend(case: ExtendCase) -> tuple[Tensor, ra.KVCache, Tensor, ra.KVCach
             row = int(ocl[r])
             kq, ks = store(k[r : r + 1], expected, "k")
             vq, vs = store(v[r : r + 1], expected, "v")
-            expected.v[row] = vq[0]
-            expected.k[row] = kq[0]
+            set_row(expected.v, row, vq[0])
+            set_row(expected.k, row, kq[0])
             if ks is not None and vs is not None:
                 assert expected.k_scales is not None and expected.v_scales is not None
                 expected.k_scales[row] = ks[0]

@@ -162,11 +162,22 @@ def write_rows(cache: KVCache, loc: Tensor, key: Tensor, value: Tensor) -> None:
     _put(cache.k, idx, kw)
 
 
+def _bits(t: Tensor) -> Tensor:
+    """fp8 tensors as uint8 (torch 2.6, Debian 13's, cannot index fp8 tensors)."""
+    return t.view(torch.uint8) if t.dtype in FP8_DTYPES else t
+
+
+def rows_of(t: Tensor, rows: Tensor) -> Tensor:
+    """``t[rows]`` for any cache dtype, fp8 included."""
+    return _bits(t)[rows].view(t.dtype)
+
+
 def _put(dst: Tensor, idx: Tensor, src: Tensor) -> None:
     # A Python loop keeps "last duplicate wins" exact (index_copy_ leaves it unspecified);
     # duplicates are rare (CPU-graph padding), so the vectorised path handles the rest.
     if idx.numel() == 0:
         return
+    dst, src = _bits(dst), _bits(src)
     uniq = torch.unique(idx)
     if uniq.numel() == idx.numel():
         dst[idx] = src
@@ -177,8 +188,8 @@ def _put(dst: Tensor, idx: Tensor, src: Tensor) -> None:
 
 def dequantize(cache: KVCache, rows: Tensor) -> tuple[Tensor, Tensor]:
     """fp32 K and V of the cache rows ``rows`` (any shape): ``[*rows.shape, Hkv, D/Dv]``."""
-    k = cache.k[rows].to(torch.float32)
-    v = cache.v[rows].to(torch.float32)
+    k = rows_of(cache.k, rows).to(torch.float32)
+    v = rows_of(cache.v, rows).to(torch.float32)
     if cache.kind == "int8":
         assert cache.k_scales is not None and cache.v_scales is not None
         k = k * cache.k_scales[rows].unsqueeze(-1)

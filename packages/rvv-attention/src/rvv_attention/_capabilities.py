@@ -22,7 +22,7 @@ import re
 import struct
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 AT_HWCAP = 16
 HWCAP_V = 1 << (ord("V") - ord("A"))
@@ -240,7 +240,7 @@ def detect(
     *,
     cpuinfo_text: str | None = None,
     auxv: bytes | None = None,
-    hwprobe_ext: int | None = None,
+    hwprobe_ext: int | Literal["detect"] | None = "detect",
     machine: str | None = None,
     kernels: dict[str, Any] | None = None,
     kernels_error: str | None = None,
@@ -250,15 +250,17 @@ def detect(
     """Combines the sources into :class:`Capabilities`.
 
     Every input may be given (tests, recorded machines); what is not given is read from
-    this process (``/proc/cpuinfo``, ``/proc/self/auxv``, ``riscv_hwprobe``, rvv_ops).
+    this process (``/proc/cpuinfo``, ``/proc/self/auxv``; ``hwprobe_ext="detect"`` calls
+    ``riscv_hwprobe``, None means "not available"). ``kernels`` is ``rvv_ops.build_info()``
+    or None; :func:`rvv_attention.capabilities` passes it.
     """
     machine = machine if machine is not None else platform.machine()
     if cpuinfo_text is None:
         cpuinfo_text = _read("/proc/cpuinfo") or ""
     if auxv is None:
         auxv = _read("/proc/self/auxv", binary=True) or b""
-    if hwprobe_ext is None and machine == platform.machine():
-        hwprobe_ext = hwprobe()
+    if hwprobe_ext == "detect":
+        hwprobe_ext = hwprobe() if machine == platform.machine() else None
     if threads is None:
         import torch
 
