@@ -273,8 +273,11 @@ class Bench:
         return k.clone(), v.clone()
 
 
-def reference(bench: Bench, layer, fb, q, *, causal=True, window=None, cap=0.0, new_exact=None):
-    """fp64 attention over ``bench.truth``: each query at its absolute position."""
+def reference(
+    bench: Bench, layer, fb, q, *, causal=True, window=None, cap=0.0, new_exact=None, sinks=None
+):
+    """fp64 attention over ``bench.truth``: each query at its absolute position; ``sinks``
+    [Hq]: exp(sink) joins each softmax denominator."""
     rows = fb.req_pool_indices.tolist()
     seq = fb.seq_lens.tolist()
     qlens = [1] * len(rows) if fb.forward_mode.is_decode() else fb.extend_seq_lens.tolist()
@@ -289,19 +292,23 @@ def reference(bench: Bench, layer, fb, q, *, causal=True, window=None, cap=0.0, 
         keys = torch.stack([e[0] for e in entries]).repeat_interleave(group, dim=1)
         vals = torch.stack([e[1] for e in entries]).repeat_interleave(group, dim=1)
         pos_k = torch.arange(s)
-        for i in range(n):
-            p = s - n + i
-            allowed = torch.ones(s, dtype=torch.bool)
-            if causal:
-                allowed &= pos_k <= p
-            if window is not None:
-                allowed &= pos_k >= p - window
-            scores = torch.einsum("hd,khd->hk", q3[t], keys[allowed]) * layer.scaling
-            if cap:
-                scores = cap * torch.tanh(scores / cap)
+        pos_q = torch.arange(s - n, s)[:, None]  # the queries' absolute positions
+        allowed = torch.ones(n, s, dtype=torch.bool)
+        if causal:
+            allowed &= pos_k[None, :] <= pos_q
+        if window is not None:
+            allowed &= pos_k[None, :] >= pos_q - window
+        scores = torch.einsum("qhd,khd->qhk", q3[t : t + n], keys) * layer.scaling
+        if cap:
+            scores = cap * torch.tanh(scores / cap)
+        scores = scores.masked_fill(~allowed[:, None, :], float("-inf"))
+        if sinks is None:
             probs = torch.softmax(scores, dim=-1)
-            out[t] = torch.einsum("hk,khd->hd", probs, vals[allowed])
-            t += 1
+        else:
+            sink = sinks.double()[None, :, None].expand(n, -1, 1)
+            probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+        out[t : t + n] = torch.einsum("qhk,khd->qhd", probs, vals)
+        t += n
     return out.view(-1, bench.hq * bench.dv)
 
 
@@ -590,6 +597,59 @@ def test_logit_cap(dtype, mode, impl):
     uncapped = reference(bench, layer, fb, q)
     assert_close(out, capped, dtype, "capped")
     assert (capped - uncapped).abs().max() > 0.1, "test inputs do not exercise the cap"
+
+
+@pytest.mark.parametrize("mode", ["decode", "extend"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_sinks_and_window(dtype, mode, impl):
+    """Attention sinks (gpt-oss: per-head logits passed as ``sinks=``, fp32) with a window
+    of 6: against the reference; a second check that the sinks really change the result.
+    torch_native has no sinks: not compared."""
+    bench = Bench(**geom(dtype, hq=6, hkv=2, d=32))
+    layer = bench.layer(sliding_window_size=6)
+    bench.populate(layer, [1, 2, 3], [0, 4, 13])
+    if mode == "decode":
+        fb, q, k, v = bench.decode_batch(layer, [1, 2, 3])
+    else:
+        fb, q, k, v = bench.extend_batch(layer, [1, 2, 3], [3, 1, 8])
+    sinks = torch.linspace(-1.0, 2.0, bench.hq, dtype=torch.float32)
+    out = run(RVVAttnBackend, bench, layer, fb, q, k, v, sinks=sinks)
+    bench.record_new(layer, fb, k, v, quantized=True)
+    expected = reference(bench, layer, fb, q, window=6, sinks=sinks)
+    assert_close(out, expected, dtype, "sinks vs fp64 reference")
+    assert (expected - reference(bench, layer, fb, q, window=6)).abs().max() > 0.05
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_long_contexts(dtype, impl):
+    """Contexts of several hundred tokens (the decode kernels split the KV range): decode
+    at lengths 1 and 700, then an extend of 200 tokens after a 300-token prefix."""
+    kw = geom(dtype, hq=4, hkv=2, d=32, size=1400, max_ctx=1024)
+    check_case(kw, [699, 0], native=False)
+    check_case(kw, [300], [200], native=False)
+
+
+def test_idle_batch():
+    """An IDLE batch (a DP rank with nothing to run): metadata and forward do nothing."""
+    bench = Bench(**geom(torch.bfloat16))
+    backend = RVVAttnBackend(bench.runner)
+    fb = ForwardBatch(
+        forward_mode=ForwardMode.IDLE,
+        batch_size=0,
+        input_ids=torch.zeros(0, dtype=torch.int64),
+        req_pool_indices=torch.zeros(0, dtype=torch.int64),
+        seq_lens=torch.zeros(0, dtype=torch.int64),
+        out_cache_loc=torch.zeros(0, dtype=torch.int64),
+        seq_lens_sum=0,
+    )
+    before = bench.snapshot()
+    backend.init_forward_metadata(fb)
+    layer = bench.layer()
+    q = torch.zeros(0, bench.hq * bench.d, dtype=torch.bfloat16)
+    out = backend.forward(q, None, None, layer, fb)
+    assert out.shape == (0, bench.hq * bench.dv)
+    after = bench.snapshot()
+    assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1])
 
 
 @pytest.mark.parametrize("kv", ["given", "none"])
