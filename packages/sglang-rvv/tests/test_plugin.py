@@ -173,3 +173,13 @@ def test_linear_routing() -> None:
     for name, e in out["errs"].items():
         bound = 1e-4 if "float32" in name else 5e-2
         assert e <= bound, f"{name}: {e} > {bound}"
+
+
+def test_torch_compile_is_refused_clearly() -> None:
+    from types import SimpleNamespace
+
+    from sglang_rvv.backend import RVVAttnBackend
+
+    runner = SimpleNamespace(device="cpu", server_args=SimpleNamespace(enable_torch_compile=True))
+    with pytest.raises(ValueError, match="--enable-torch-compile is not supported"):
+        RVVAttnBackend(runner)  # type: ignore[arg-type]

@@ -10,9 +10,9 @@ only translates SGLang's ``ForwardBatch`` / ``RadixAttention`` into rvv-attentio
   the attention, as sgl-kernel's CPU backend does.
 - Sliding-window layers over an SWA pool read ``req_to_token`` translated to the SWA pool's
   index space (once per forward pass).
-- ``--enable-torch-compile`` (SGLang's CPU graph runner) is supported through the
-  ``*_cpu_graph*`` hooks: the split-KV scratch comes from rvv-attention's pool, so replays see
-  the same storage.
+- ``--enable-torch-compile`` is refused at start-up with a clear error: SGLang's CPU graph
+  runner registers fake kernels for sgl-kernel's whole CPU op set, most of which rvv-ops does
+  not define. The ``*_cpu_graph*`` hooks are implemented (and tested directly) for when it can.
 """
 
 from __future__ import annotations
@@ -47,6 +47,14 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
             raise ValueError(
                 f"attention backend 'rvv': device={self.device!r}; it runs on the CPU only "
                 "(use --device cpu)"
+            )
+        server_args = getattr(model_runner, "server_args", None)
+        if getattr(server_args, "enable_torch_compile", False):
+            raise ValueError(
+                "attention backend 'rvv': --enable-torch-compile is not supported: SGLang "
+                "0.5.23's CPU graph runner registers fake kernels for all of sgl-kernel's CPU "
+                "ops (shm_allreduce, bmm_cpu, ...), which rvv-ops does not define; run "
+                "without --enable-torch-compile"
             )
         self.req_to_token_pool = model_runner.req_to_token_pool
         self.token_to_kv_pool = model_runner.token_to_kv_pool
