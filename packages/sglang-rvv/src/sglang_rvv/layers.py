@@ -135,6 +135,37 @@ def _plain_rmsnorm(self: Any, x: torch.Tensor) -> bool:
     )
 
 
+def _rmsnorm_forward(
+    prefix: str,
+    original: Callable[..., Any],
+    self: Any,
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    post_residual_addition: torch.Tensor | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """The RMSNorm family through ``<prefix>rmsnorm_cpu`` / ``<prefix>fused_add_rmsnorm_cpu``."""
+    if (
+        args
+        or any(v is not None for v in kwargs.values())
+        or not _plain_rmsnorm(self, x)
+        or (residual is not None and residual.dtype != x.dtype)
+    ):
+        return original(self, x, residual, post_residual_addition, *args, **kwargs)
+    weight = self.weight.data
+    if residual is not None:
+        if post_residual_addition is not None:
+            residual = residual + post_residual_addition
+        op = f"{prefix}fused_add_rmsnorm_cpu"
+        _count(op)
+        getattr(_sgl, op)(x, residual, weight, self.variance_epsilon)
+        return x, residual
+    op = f"{prefix}rmsnorm_cpu"
+    _count(op)
+    return getattr(_sgl, op)(x, weight, self.variance_epsilon)
+
+
 def rmsnorm_forward(
     original: Callable[..., Any],
     self: Any,
@@ -144,23 +175,9 @@ def rmsnorm_forward(
     *args: Any,
     **kwargs: Any,
 ) -> Any:
-    """``RMSNorm.forward_native`` through ``rmsnorm_cpu`` / ``fused_add_rmsnorm_cpu``."""
-    if (
-        args
-        or kwargs.get("quant_linear") is not None
-        or not _plain_rmsnorm(self, x)
-        or (residual is not None and residual.dtype != x.dtype)
-    ):
-        return original(self, x, residual, post_residual_addition, *args, **kwargs)
-    weight = self.weight.data
-    if residual is not None:
-        if post_residual_addition is not None:
-            residual = residual + post_residual_addition
-        _count("fused_add_rmsnorm_cpu")
-        _sgl.fused_add_rmsnorm_cpu(x, residual, weight, self.variance_epsilon)
-        return x, residual
-    _count("rmsnorm_cpu")
-    return _sgl.rmsnorm_cpu(x, weight, self.variance_epsilon)
+    """``RMSNorm.forward_native`` through ``rmsnorm_cpu`` / ``fused_add_rmsnorm_cpu``
+    (``quant_linear=None`` is the only extra argument taken)."""
+    return _rmsnorm_forward("", original, self, x, residual, post_residual_addition, args, kwargs)
 
 
 def gemma_rmsnorm_forward(
@@ -173,22 +190,9 @@ def gemma_rmsnorm_forward(
     **kwargs: Any,
 ) -> Any:
     """``GemmaRMSNorm.forward_native`` through the ``gemma_*rmsnorm_cpu`` ops."""
-    if (
-        args
-        or kwargs
-        or not _plain_rmsnorm(self, x)
-        or (residual is not None and residual.dtype != x.dtype)
-    ):
-        return original(self, x, residual, post_residual_addition, *args, **kwargs)
-    weight = self.weight.data
-    if residual is not None:
-        if post_residual_addition is not None:
-            residual = residual + post_residual_addition
-        _count("gemma_fused_add_rmsnorm_cpu")
-        _sgl.gemma_fused_add_rmsnorm_cpu(x, residual, weight, self.variance_epsilon)
-        return x, residual
-    _count("gemma_rmsnorm_cpu")
-    return _sgl.gemma_rmsnorm_cpu(x, weight, self.variance_epsilon)
+    return _rmsnorm_forward(
+        "gemma_", original, self, x, residual, post_residual_addition, args, kwargs
+    )
 
 
 def layernorm_forward(original: Callable[..., Any], self: Any, x: torch.Tensor) -> Any:
