@@ -17,6 +17,8 @@ std::string dtype_name(at::ScalarType t) {
     case at::kInt: return "torch.int32";
     case at::kLong: return "torch.int64";
     case at::kBool: return "torch.bool";
+    case at::kChar: return "torch.int8";
+    case at::kByte: return "torch.uint8";
     default: return std::string("torch.") + c10::toString(t);
   }
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 #include <ATen/core/stack.h>
 #include <c10/core/DispatchKeySet.h>
 
@@ -116,6 +117,27 @@ void attention_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                         torch::jit::Stack* stack);
 void attention_inplace_or_view(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                                torch::jit::Stack* stack);
+
+// Linear layers (linear.cpp). convert_weight_packed: [N, K] weight (fp32/bf16/fp16/int8)
+// -> packed tensor [N, X] of the same dtype (header + VLEN-sized panels).
+// weight_packed_linear: mat1 [M, K] @ W^T + bias, W packed (is_vnni) or plain [N, K].
+// per_token_quant_int8_cpu: (int8 [M, K], fp32 scales [M]). int8_scaled_mm_cpu: int8 GEMM
+// with per-row and per-channel scales; int8_scaled_mm_with_quant quantises mat1 first.
+at::Tensor convert_weight_packed(const at::Tensor& weight);
+at::Tensor weight_packed_linear(const at::Tensor& mat1, const at::Tensor& mat2,
+                                const std::optional<at::Tensor>& bias, bool is_vnni);
+std::tuple<at::Tensor, at::Tensor> per_token_quant_int8_cpu(const at::Tensor& A);
+at::Tensor int8_scaled_mm_cpu(const at::Tensor& mat1, const at::Tensor& mat2,
+                              const at::Tensor& scales1, const at::Tensor& scales2,
+                              const std::optional<at::Tensor>& bias, at::ScalarType out_dtype,
+                              bool is_vnni);
+at::Tensor int8_scaled_mm_with_quant(const at::Tensor& mat1, const at::Tensor& mat2,
+                                     const at::Tensor& scales2,
+                                     const std::optional<at::Tensor>& bias,
+                                     at::ScalarType out_dtype, bool is_vnni);
+// rvv_ops::packed_weight_cols: size(1) of convert_weight_packed's result for an [n, k]
+// weight of `dtype` on this CPU (the fake kernel's shape).
+std::int64_t packed_weight_cols(std::int64_t n, std::int64_t k, at::ScalarType dtype);
 
 // rvv_ops::build_info: a JSON object describing the build and the running CPU.
 std::string build_info();

@@ -59,6 +59,17 @@ TORCH_LIBRARY_FRAGMENT(sgl_kernel, m) {
       "Tensor extend_start_loc, int max_len_extend, float sm_scale, float logit_cap, "
       "bool is_cross_attention, int sliding_window_size, Tensor? encoder_lens, "
       "Tensor? sinks, Tensor? tree_mask, bool is_causal) -> ()");
+  // Linear layers and W8A8, as SGLang 0.5.23 calls them (layers/amx_utils.py,
+  // quantization/unquant.py, quantization/w8a8_int8.py, logits_processor.py).
+  m.def("convert_weight_packed(Tensor weight) -> Tensor");
+  m.def("weight_packed_linear(Tensor mat1, Tensor mat2, Tensor? bias, bool is_vnni) -> Tensor");
+  m.def("per_token_quant_int8_cpu(Tensor A) -> (Tensor, Tensor)");
+  m.def(
+      "int8_scaled_mm_cpu(Tensor mat1, Tensor mat2, Tensor scales1, Tensor scales2, "
+      "Tensor? bias, ScalarType out_dtype, bool is_vnni) -> Tensor");
+  m.def(
+      "int8_scaled_mm_with_quant(Tensor mat1, Tensor mat2, Tensor scales2, Tensor? bias, "
+      "ScalarType out_dtype, bool is_vnni) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sgl_kernel, CPU, m) {
@@ -75,6 +86,11 @@ TORCH_LIBRARY_IMPL(sgl_kernel, CPU, m) {
   m.impl("extend_attention_cpu", &rvv_ops::extend_attention_cpu);
   m.impl("decode_attention_int8_cpu", &rvv_ops::decode_attention_int8_cpu);
   m.impl("extend_attention_int8_cpu", &rvv_ops::extend_attention_int8_cpu);
+  m.impl("convert_weight_packed", &rvv_ops::convert_weight_packed);
+  m.impl("weight_packed_linear", &rvv_ops::weight_packed_linear);
+  m.impl("per_token_quant_int8_cpu", &rvv_ops::per_token_quant_int8_cpu);
+  m.impl("int8_scaled_mm_cpu", &rvv_ops::int8_scaled_mm_cpu);
+  m.impl("int8_scaled_mm_with_quant", &rvv_ops::int8_scaled_mm_with_quant);
 }
 
 // The attention ops (none has a derivative): see attention_autograd.cpp.
@@ -89,7 +105,10 @@ TORCH_LIBRARY_IMPL(sgl_kernel, Autograd, m) {
   m.impl("rmsnorm_cpu", torch::autograd::autogradNotImplementedFallback());
   m.impl("fused_add_rmsnorm_cpu", &rvv_ops::fused_add_rmsnorm_autograd);
   for (const char* name : {"gemma_rmsnorm_cpu", "layernorm_cpu", "silu_and_mul_cpu",
-                           "gelu_and_mul_cpu", "gelu_tanh_and_mul_cpu", "rotary_embedding_cpu"}) {
+                           "gelu_and_mul_cpu", "gelu_tanh_and_mul_cpu", "rotary_embedding_cpu",
+                           "convert_weight_packed", "weight_packed_linear",
+                           "per_token_quant_int8_cpu", "int8_scaled_mm_cpu",
+                           "int8_scaled_mm_with_quant"}) {
     m.impl(name, torch::autograd::autogradNotImplementedFallback());
   }
   m.impl("gemma_fused_add_rmsnorm_cpu", &rvv_ops::gemma_fused_add_rmsnorm_autograd);
@@ -111,4 +130,6 @@ TORCH_LIBRARY_IMPL(sgl_kernel, ADInplaceOrView, m) {
 TORCH_LIBRARY_FRAGMENT(rvv_ops, m) {
   m.def("build_info() -> str", &rvv_ops::build_info);
   m.def("set_variant(str name) -> ()", &rvv_ops::set_variant);
+  m.def("packed_weight_cols(int n, int k, ScalarType dtype) -> int",
+        &rvv_ops::packed_weight_cols);
 }

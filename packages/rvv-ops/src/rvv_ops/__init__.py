@@ -12,6 +12,9 @@ Importing this package loads ``rvv_ops/_C.so``, which registers
 - model-layer ops (see ``rvv_ops.layers``): ``gemma_rmsnorm_cpu``,
   ``gemma_fused_add_rmsnorm_cpu``, ``layernorm_cpu``, ``silu_and_mul_cpu``,
   ``gelu_and_mul_cpu``, ``gelu_tanh_and_mul_cpu``, ``rotary_embedding_cpu``
+- linear layers (see ``rvv_ops.linear``): ``convert_weight_packed``,
+  ``weight_packed_linear``, ``per_token_quant_int8_cpu``, ``int8_scaled_mm_cpu``,
+  ``int8_scaled_mm_with_quant``
 
 with SGLang's names and arguments, so SGLang's CPU code paths find them, plus fake
 kernels for torch.compile. The kernels are rvv-kernels': RVV 1.0 (with or without Zvfh)
@@ -44,6 +47,14 @@ from rvv_ops.layers import (
     rotary_embedding,
     silu_and_mul,
 )
+from rvv_ops.linear import (
+    convert_weight_packed,
+    int8_scaled_mm,
+    int8_scaled_mm_with_quant,
+    per_token_quant_int8,
+    register_linear_fakes,
+    weight_packed_linear,
+)
 from rvv_ops.ops import fused_add_rmsnorm, register_fakes, rmsnorm
 
 __all__ = [
@@ -52,6 +63,7 @@ __all__ = [
     "CpuInfo",
     "__version__",
     "build_info",
+    "convert_weight_packed",
     "decode_attention",
     "decode_attention_int8",
     "extend_attention",
@@ -61,11 +73,15 @@ __all__ = [
     "gelu_tanh_and_mul",
     "gemma_fused_add_rmsnorm",
     "gemma_rmsnorm",
+    "int8_scaled_mm",
+    "int8_scaled_mm_with_quant",
     "layernorm",
+    "per_token_quant_int8",
     "rmsnorm",
     "rotary_embedding",
     "set_variant",
     "silu_and_mul",
+    "weight_packed_linear",
 ]
 __version__ = "0.1.0"
 
@@ -73,3 +89,4 @@ load_library()
 register_fakes()
 register_attention_fakes()
 register_layer_fakes()
+register_linear_fakes()

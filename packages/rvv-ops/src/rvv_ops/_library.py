@@ -29,8 +29,14 @@ DEFINED_OPS = (
     "sgl_kernel::extend_attention_cpu",
     "sgl_kernel::decode_attention_int8_cpu",
     "sgl_kernel::extend_attention_int8_cpu",
+    "sgl_kernel::convert_weight_packed",
+    "sgl_kernel::weight_packed_linear",
+    "sgl_kernel::per_token_quant_int8_cpu",
+    "sgl_kernel::int8_scaled_mm_cpu",
+    "sgl_kernel::int8_scaled_mm_with_quant",
     "rvv_ops::build_info",
     "rvv_ops::set_variant",
+    "rvv_ops::packed_weight_cols",
 )
 
 
