@@ -170,6 +170,16 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
         else:
             self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(loc, swa_loc), k, v)
 
+    def _prepare(
+        self, q: torch.Tensor, layer: RadixAttention, forward_batch: ForwardBatch
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``q [tokens, Hq, D]``, a new ``out [tokens, Hq, Dv]`` and this layer's tables."""
+        hq, _, d, dv = _heads(layer)
+        q3 = q.reshape(-1, hq, d)
+        out = q.new_empty((q3.shape[0], hq, dv))
+        req_to_token, req_pool_indices = self._tables(layer, forward_batch, forward_batch.seq_lens)
+        return q3, out, req_to_token, req_pool_indices
+
     # ----------------------------------------------------------------- forward
 
     def forward_extend(
@@ -183,8 +193,7 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
         sinks: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Prefill / chunked prefill / prefix-cache hits: new tokens attend to prefix + selves."""
-        hq, d, dv = layer.tp_q_head_num, layer.qk_head_dim, layer.v_head_dim
-        hkv = layer.tp_k_head_num
+        hq, hkv, d, dv = _heads(layer)
         cache = self._cache(layer)
         if save_kv_cache and k is not None and v is not None:
             self._write_kv(layer, forward_batch, k, v, cache)
@@ -192,10 +201,7 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
             # k / v are the encoder tokens' (not one per query): cross-attention reads them,
             # like every encoder token, from the cache.
             k = v = None
-        q3 = q.reshape(-1, hq, d)
-        out = q.new_empty((q3.shape[0], hq, dv))
-        seq_lens = forward_batch.seq_lens
-        req_to_token, req_pool_indices = self._tables(layer, forward_batch, seq_lens)
+        q3, out, req_to_token, req_pool_indices = self._prepare(q, layer, forward_batch)
         causal = not (layer.is_cross_attention or layer.attn_type == AttentionType.ENCODER_ONLY)
         # rvv-attention's window is one-sided (keys >= p - w): with a non-causal layer it
         # would still show every later key. No window there, as in SGLang's torch_native
@@ -209,17 +215,14 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
             out,
             req_to_token,
             req_pool_indices,
-            seq_lens,
+            forward_batch.seq_lens,
             forward_batch.extend_seq_lens,
             sm_scale=layer.scaling,
             extend_start_loc=forward_batch.extend_start_loc,
             max_extend_len=self.max_extend_len,
             causal=causal,
-            logit_cap=float(layer.logit_cap or 0.0),
             sliding_window=window,
-            sinks=sinks,
-            cross_attention=bool(layer.is_cross_attention),
-            encoder_lens=forward_batch.encoder_lens,
+            **_options(layer, forward_batch, sinks),
         )
         return out.view(-1, hq * dv)
 
@@ -234,13 +237,9 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
         sinks: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One new token per request attends to its whole cached context."""
-        hq, d, dv = layer.tp_q_head_num, layer.qk_head_dim, layer.v_head_dim
-        hkv = layer.tp_k_head_num
+        hq, hkv, d, dv = _heads(layer)
         cache = self._cache(layer)
-        q3 = q.reshape(-1, hq, d)
-        out = q.new_empty((q3.shape[0], hq, dv))
-        seq_lens = forward_batch.seq_lens
-        req_to_token, req_pool_indices = self._tables(layer, forward_batch, seq_lens)
+        q3, out, req_to_token, req_pool_indices = self._prepare(q, layer, forward_batch)
         key = value = loc = None
         if save_kv_cache and k is not None and v is not None:
             fused = (
@@ -260,16 +259,13 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
             out,
             req_to_token,
             req_pool_indices,
-            seq_lens,
+            forward_batch.seq_lens,
             sm_scale=layer.scaling,
             loc=loc,
             key=key,
             value=value,
-            logit_cap=float(layer.logit_cap or 0.0),
             sliding_window=_window(layer),
-            sinks=sinks,
-            cross_attention=bool(layer.is_cross_attention),
-            encoder_lens=forward_batch.encoder_lens,
+            **_options(layer, forward_batch, sinks),
         )
         return out.view(-1, hq * dv)
 
@@ -300,6 +296,23 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
     def support_triton(self) -> bool:
         """The rvv backend never needs triton (SGLang then takes its non-triton paths)."""
         return False
+
+
+def _heads(layer: RadixAttention) -> tuple[int, int, int, int]:
+    """Query heads, KV heads, QK head size and V head size of this rank's part of a layer."""
+    return layer.tp_q_head_num, layer.tp_k_head_num, layer.qk_head_dim, layer.v_head_dim
+
+
+def _options(
+    layer: RadixAttention, forward_batch: ForwardBatch, sinks: torch.Tensor | None
+) -> dict[str, Any]:
+    """The keyword arguments ``ra.decode`` and ``ra.extend`` share."""
+    return {
+        "logit_cap": float(layer.logit_cap or 0.0),
+        "sinks": sinks,
+        "cross_attention": bool(layer.is_cross_attention),
+        "encoder_lens": forward_batch.encoder_lens,
+    }
 
 
 def _scale(value: float | None) -> float:
