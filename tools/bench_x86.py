@@ -179,8 +179,16 @@ def copy_bandwidth(nbytes: int, repeats: int) -> list[float]:
 
 
 def _sglang() -> dict[str, Any]:
-    """SGLang's classes (imported here: ``SGLANG_USE_CPU_ENGINE`` must be set first)."""
+    """SGLang's classes (imported here: ``SGLANG_USE_CPU_ENGINE`` must be set first).
+
+    SGLang takes the Intel AMX paths when the CPU has AMX tiles and ``sgl_kernel`` has
+    ``convert_weight_packed``; rvv-ops defines that op, so on an AMX x86 host SGLang would
+    call sgl-kernel AMX ops rvv-ops does not have (``store_cache_cpu`` in the pool's
+    ``set_kv_buffer``). A RISC-V CPU has no AMX: SGLang is told so here, before it reads it
+    at import time (torch's own kernels are unaffected).
+    """
     os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+    torch.cpu._is_amx_tile_supported = lambda: False
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tn = importlib.import_module("sglang.srt.layers.attention.torch_native_backend")
@@ -566,6 +574,8 @@ def method(opts: Options) -> dict[str, Any]:
         "bandwidth_fraction": "decode: batch*context*kv_heads*(head_dim+v_head_dim)*2 bytes "
         "/ median_s / copy bandwidth",
         "numerics": f"each impl once per case vs torch_native, atol = rtol = {ATOL}",
+        "sglang_amx": "hidden from SGLang (torch.cpu._is_amx_tile_supported -> False before "
+        "SGLang is imported), as on a RISC-V CPU; torch's own kernels still use AMX",
         "batches": list(opts.batches),
         "contexts": list(opts.contexts),
         "ops": list(opts.ops),
