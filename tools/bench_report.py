@@ -208,6 +208,7 @@ def x86_section(plt: Any, data: dict[str, Any] | None, img: Path) -> list[str]:
         ax.set_yscale("log")
         ax.set_xticks(sorted({r["context"] for r in decode}))
         _plain_log(plt, ax.xaxis)
+        _plain_log(plt, ax.yaxis)
         ax.set_xlabel("context (tokens)")
         ax.set_ylabel("KV bytes read per s / copy bandwidth (log)")
         ax.set_title("decode: effective KV-cache bandwidth fraction")
