@@ -274,6 +274,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="row lengths of the reference comparisons (default: full)",
     )
     test.add_argument(
+        "--no-ops",
+        action="store_true",
+        help="skip rvv-ops' own tests (run rvv-attention's only)",
+    )
+    test.add_argument(
         "--no-attention",
         action="store_true",
         help="skip rvv-attention's tests (and the transformers download)",
@@ -290,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     configs: list[Config] = args.config or [Config(256, True), Config(128, False)]
     results: list[tuple[str, int, float]] = []
-    for config in configs:
+    for config in [] if args.no_ops else configs:
         print(f"=== rvv-ops tests, {config} ===", flush=True)
         start = time.monotonic()
         code = run_tests(
