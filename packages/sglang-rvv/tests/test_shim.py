@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -209,3 +210,38 @@ def test_speculative_helpers_refuse_clearly(name: str) -> None:
     assert name in sgl_kernel.SPECULATIVE
     with pytest.raises(NotImplementedError, match="speculative decoding is not supported"):
         getattr(sgl_kernel, name)(torch.zeros(1))
+
+
+def test_sglang_does_not_take_the_stand_in_for_sgl_kernels_amx_build() -> None:
+    # rvv-ops defines sgl_kernel::convert_weight_packed, SGLang's marker of sgl-kernel's CPU
+    # build; with the stand-in SGLang must not switch to its AMX code paths.
+    res = _python(
+        "import json, torch, rvv_ops\n"
+        "from sglang.srt.utils import cpu_has_amx_support\n"
+        "import sglang.srt.utils.common as c\n"
+        "print(json.dumps([cpu_has_amx_support(), c._is_intel_amx_backend_available(),"
+        " hasattr(torch.ops.sgl_kernel, 'convert_weight_packed'),"
+        " getattr(c._is_intel_amx_backend_available, '_sglang_rvv', False)]))",
+        SGLANG_USE_CPU_ENGINE="1",
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    amx, backend, _, wrapped = json.loads(res.stdout.strip().splitlines()[-1])
+    assert wrapped is True
+    assert amx is False and backend is False
+
+
+def test_a_real_sgl_kernel_keeps_sglangs_own_amx_check(tmp_path: Path) -> None:
+    real = tmp_path / "sgl_kernel"
+    real.mkdir()
+    (real / "__init__.py").write_text("import rvv_ops  # stands for sgl-kernel's CPU build\n")
+    res = _python(
+        "import json, torch\n"
+        "import sglang.srt.utils.common as c\n"
+        "print(json.dumps([c._is_intel_amx_backend_available(),"
+        " hasattr(torch.ops.sgl_kernel, 'convert_weight_packed')]))",
+        SGLANG_USE_CPU_ENGINE="1",
+        PYTHONPATH=str(tmp_path),
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    backend, has_op = json.loads(res.stdout.strip().splitlines()[-1])
+    assert backend == has_op  # SGLang's own answer: the op's presence

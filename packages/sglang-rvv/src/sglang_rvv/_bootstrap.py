@@ -7,8 +7,16 @@ This hook appends a finder to the *end* of ``sys.meta_path`` that answers for ``
 only when no installed distribution provides it, with :mod:`sglang_rvv.shims.sgl_kernel`.
 A real ``sgl_kernel`` (sgl-kernel's own CPU build, say) is always found first and wins.
 
-Set ``SGLANG_RVV_SHIMS=0`` to turn the hook off. It must stay import-light: it runs in every
-Python process of the environment.
+rvv-ops defines ``torch.ops.sgl_kernel.convert_weight_packed``, and SGLang takes that op (on a
+CPU with Intel AMX tiles) as proof that sgl-kernel's whole CPU build is installed
+(``_is_intel_amx_backend_available`` in ``sglang/srt/utils/common.py``), after which it calls
+dozens of sgl-kernel ops rvv-ops does not have. So a second, post-import hook wraps that one
+check right after SGLang's module runs: it answers False while ``sgl_kernel`` is this stand-in
+and defers to SGLang's own check otherwise. It matters only on x86 hosts with AMX (like the
+machines this project is tested on); a RISC-V CPU has no AMX tiles.
+
+Set ``SGLANG_RVV_SHIMS=0`` to turn both hooks off. This module must stay import-light: it runs
+in every Python process of the environment.
 """
 
 from __future__ import annotations
@@ -46,10 +54,93 @@ class SglKernelShimFinder(importlib.abc.MetaPathFinder):
         return importlib.util.spec_from_file_location(SHIMMED, _SHIM_FILE)
 
 
+AMX_CHECK_MODULE = "sglang.srt.utils.common"
+AMX_CHECK = "_is_intel_amx_backend_available"
+
+
+def _shim_in_use() -> bool:
+    module = sys.modules.get(SHIMMED)
+    if module is None:
+        try:
+            module = importlib.import_module(SHIMMED)
+        except Exception:
+            return False
+    return bool(getattr(module, "RVV_SHIM", False))
+
+
+def patch_amx_check(module: ModuleType) -> bool:
+    """Wraps SGLang's ``_is_intel_amx_backend_available`` in ``module``; False if absent."""
+    original = getattr(module, AMX_CHECK, None)
+    if original is None or getattr(original, "_sglang_rvv", False):
+        return original is not None
+
+    def check() -> bool:
+        if _shim_in_use():
+            return False
+        return bool(original())
+
+    check._sglang_rvv = True  # type: ignore[attr-defined]
+    check.__doc__ = "sglang-rvv: no AMX backend while sgl_kernel is sglang-rvv's stand-in."
+    setattr(module, AMX_CHECK, check)
+    return True
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """Runs the real loader, then :func:`patch_amx_check` on the new module."""
+
+    def __init__(self, inner: importlib.abc.Loader) -> None:
+        self._inner = inner
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._inner.exec_module(module)
+        if not patch_amx_check(module):
+            import warnings
+
+            warnings.warn(
+                f"sglang-rvv: {AMX_CHECK_MODULE}.{AMX_CHECK} not found: this SGLang may take "
+                "rvv-ops' sgl_kernel ops for sgl-kernel's AMX build",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    def __getattr__(self, name: str) -> object:  # get_source, is_package, ... for tracebacks
+        return getattr(self._inner, name)
+
+
+class AmxCheckFinder(importlib.abc.MetaPathFinder):
+    """Finds ``sglang.srt.utils.common`` with the other finders and wraps its loader."""
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != AMX_CHECK_MODULE or not enabled():
+            return None
+        for finder in sys.meta_path:
+            if finder is self or isinstance(finder, AmxCheckFinder):
+                continue
+            find = getattr(finder, "find_spec", None)
+            spec: importlib.machinery.ModuleSpec | None = (
+                find(fullname, path, target) if find is not None else None
+            )
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _PatchingLoader(spec.loader)
+                return spec
+        return None
+
+
 def install() -> None:
-    """Appends the finder once (idempotent)."""
+    """Installs both finders once (idempotent)."""
     if not any(isinstance(f, SglKernelShimFinder) for f in sys.meta_path):
         sys.meta_path.append(SglKernelShimFinder())
+    if not any(isinstance(f, AmxCheckFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, AmxCheckFinder())
 
 
 if enabled():
