@@ -78,7 +78,7 @@ def _train_tokenizer(out: Path) -> Any:
         show_progress=False,
     )
     tok.train_from_iterator(_CORPUS.splitlines(), trainer=trainer)
-    fast = PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tok,
         bos_token="<|endoftext|>",
         eos_token="<|im_end|>",
@@ -129,7 +129,8 @@ def build(out: Path, arch: str = "qwen2", *, steps: int = 300, seed: int = 0) ->
     cfg = _config(arch, vocab, tokenizer.bos_token_id, tokenizer.eos_token_id)
     torch.manual_seed(seed)
     cls = Qwen2ForCausalLM if arch == "qwen2" else LlamaForCausalLM
-    model = cls(cfg).to(torch.float32)
+    # (transformers' typing of the decorated Module.to rejects a dtype argument)
+    model = cls(cfg).to(torch.float32)  # type: ignore[arg-type]
 
     ids = torch.tensor(tokenizer(_CORPUS)["input_ids"], dtype=torch.long)
     seq = 64
@@ -146,7 +147,7 @@ def build(out: Path, arch: str = "qwen2", *, steps: int = 300, seed: int = 0) ->
         if step % 50 == 0 or step == steps - 1:
             print(f"  demo {arch}: step {step + 1}/{steps} loss {loss.item():.3f}", flush=True)
     model.eval()
-    model.config.torch_dtype = torch.bfloat16
+    model.config.dtype = torch.bfloat16
     model.save_pretrained(str(out), safe_serialization=True)
     (out / "rvv_sglang_demo.json").write_text(
         json.dumps(
