@@ -152,6 +152,18 @@ def bench_x86(session: nox.Session) -> None:
     )
 
 
+@nox.session(name="bench-e2e-riscv")
+def bench_e2e_riscv(session: nox.Session) -> None:
+    """Decode steps of a Qwen2.5-1.5B-shaped decoder in the emulated riscv64 Python:
+    instructions and estimated cycles per token, torch-native vs rvv (bf16) vs rvv-w8a8.
+
+    Writes build/bench/e2e_riscv.json. ``nox -s bench-e2e-riscv -- --quick``: a 1-layer narrow
+    model at VLEN 256 (a harness smoke check, build/bench/e2e_riscv_quick.json).
+    """
+    session.install("hatchling", "build")
+    session.run("python", "tools/bench_e2e_riscv.py", *session.posargs)
+
+
 # Newest matplotlib at the time.
 MATPLOTLIB = "matplotlib==3.11.2"
 
@@ -181,6 +193,7 @@ def lint(session: nox.Session) -> None:
         "tools/ops_riscv.py",
         "tools/bench_kernels.py",
         "tools/bench_x86.py",
+        "tools/bench_e2e_riscv.py",
         "tools/bench_report.py",
         "noxfile.py",
     )

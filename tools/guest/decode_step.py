@@ -1,0 +1,295 @@
+"""Greedy decode steps of a Qwen2.5-1.5B-shaped decoder: the guest side of bench_e2e_riscv.
+
+Runs inside the emulated Debian 13 Python (torch 2.6, Python 3.13), started by
+``tools/bench_e2e_riscv.py`` under QEMU with the insncount plugin; plain torch, ``rvv_ops``
+and ``rvv_attention`` only (no SGLang, nothing from the host).
+
+    python decode_step.py --mode torch-native|rvv|rvv-w8a8 --tokens N [--out FILE] [shape]
+
+Builds the model from a fixed seed (random bf16 weights; the same weights in every mode),
+fills the first ``--context`` rows of each layer's K/V cache with random values (no prefill
+is run), then decodes ``--tokens`` tokens for one request, greedily (argmax over the
+vocabulary), starting from token 0 at position ``--context``. Modes:
+
+* ``torch-native``: what SGLang runs without this project - torch's linear, RMSNorm,
+  SiLU-and-mul and neox RoPE in plain torch ops (SGLang's ``forward_native`` formulas) and
+  its ``torch_native`` attention: write K/V into the cache, gather the request's rows, one
+  ``scaled_dot_product_attention`` per request (``enable_gqa``).
+* ``rvv``: ``torch.ops.sgl_kernel`` ops: ``rmsnorm_cpu`` / ``fused_add_rmsnorm_cpu``,
+  ``weight_packed_linear`` on weights packed once by ``convert_weight_packed``,
+  ``rotary_embedding_cpu``, ``silu_and_mul_cpu``; attention by ``rvv_attention.decode``
+  (which writes the new K/V and runs the decode kernel).
+* ``rvv-w8a8``: as ``rvv``, with the q/k/v, o, gate/up and down projections in W8A8:
+  int8 weights with per-output-channel scales (symmetric, amax / 127), packed once, and
+  ``int8_scaled_mm_with_quant`` (per-token int8 quantisation of the activations, then the
+  int8 GEMM). The LM head stays bf16 (``weight_packed_linear``), as in SGLang's W8A8
+  checkpoints.
+
+Prints progress lines (phases, per-token times) and, with ``--out``, writes
+``{"mode", "tokens", "seconds", "build_info"}`` as JSON.
+"""
+
+# Not in the lint session's mypy list: it runs on the guest's torch 2.6 and imports the
+# guest-installed rvv_ops / rvv_attention the way the emulated Python sees them; ruff
+# checks it like every other file.
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+T0 = time.monotonic()
+
+
+def log(msg: str) -> None:
+    print(f"[guest {time.monotonic() - T0:7.1f} s] {msg}", flush=True)
+
+
+class Model:
+    """Random weights of a Qwen2-style decoder; bf16 storage, the same for a given seed."""
+
+    def __init__(self, a: argparse.Namespace) -> None:
+        g = torch.Generator().manual_seed(a.seed)
+        h, i, d = a.hidden, a.intermediate, a.head_dim
+        self.a = a
+        self.q_size, self.kv_size = a.heads * d, a.kv_heads * d
+
+        def w(n: int, k: int) -> torch.Tensor:
+            return (torch.randn(n, k, generator=g) * (1.0 / math.sqrt(k))).to(torch.bfloat16)
+
+        def v(n: int, scale: float, base: float = 0.0) -> torch.Tensor:
+            return (base + torch.randn(n, generator=g) * scale).to(torch.bfloat16)
+
+        self.embed = (torch.randn(a.vocab, h, generator=g) * 0.5).to(torch.bfloat16)
+        # Untied LM head (Qwen2.5-1.5B ties it to the embedding; with random weights a tied
+        # head would make every step predict its own input token).
+        self.lm_head = w(a.vocab, h)
+        self.layers = []
+        for _ in range(a.layers):
+            self.layers.append(
+                {
+                    "in_norm": v(h, 0.1, 1.0),
+                    "qkv": w(self.q_size + 2 * self.kv_size, h),
+                    "qkv_bias": v(self.q_size + 2 * self.kv_size, 0.1),
+                    "o": w(h, self.q_size),
+                    "post_norm": v(h, 0.1, 1.0),
+                    "gate_up": w(2 * i, h),
+                    "down": w(h, i),
+                }
+            )
+        self.final_norm = v(h, 0.1, 1.0)
+        # neox RoPE cache [max_position, head_dim]: cos half, then sin half (fp32), theta 1e6.
+        max_pos = a.context + a.tokens + 1
+        inv = 1.0 / (1e6 ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+        ang = torch.arange(max_pos, dtype=torch.float32)[:, None] * inv[None, :]
+        self.cos_sin = torch.cat([ang.cos(), ang.sin()], dim=-1)
+        # KV caches: rows 0 .. context-1 hold the (random) prompt; one request, identity table.
+        rows = max_pos
+        self.k_cache = []
+        self.v_cache = []
+        for _ in range(a.layers):
+            self.k_cache.append(torch.zeros(rows, a.kv_heads, d, dtype=torch.bfloat16))
+            self.v_cache.append(torch.zeros(rows, a.kv_heads, d, dtype=torch.bfloat16))
+            self.k_cache[-1][: a.context] = torch.randn(a.context, a.kv_heads, d, generator=g)
+            self.v_cache[-1][: a.context] = torch.randn(a.context, a.kv_heads, d, generator=g)
+        self.req_to_token = torch.arange(rows, dtype=torch.int32)[None, :].contiguous()
+        self.req_pool_indices = torch.zeros(1, dtype=torch.int64)
+
+
+# ----------------------------------------------------------------------------- torch-native
+
+
+def rmsnorm_native(
+    x: torch.Tensor, w: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SGLang's RMSNorm.forward_native (with the residual add when given)."""
+    dtype = x.dtype
+    x = x.float()
+    if residual is not None:
+        x = x + residual.float()
+    residual = x.to(dtype)
+    var = x.pow(2).mean(dim=-1, keepdim=True)
+    x = (x * torch.rsqrt(var + eps)).to(dtype) * w
+    return x, residual
+
+
+def rope_native(
+    pos: torch.Tensor, x: torch.Tensor, cos_sin: torch.Tensor, heads: int, d: int
+) -> torch.Tensor:
+    """neox rotation in the query's dtype (SGLang's RotaryEmbedding.forward_native)."""
+    cos, sin = cos_sin.index_select(0, pos).to(x.dtype).chunk(2, dim=-1)
+    x = x.reshape(x.shape[0], heads, d)
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def step_native(m: Model, token: int, pos: int) -> int:
+    a = m.a
+    d = a.head_dim
+    positions = torch.tensor([pos], dtype=torch.int64)
+    hidden = m.embed[token][None, :]
+    residual: torch.Tensor | None = None
+    for li, lw in enumerate(m.layers):
+        hidden, residual = rmsnorm_native(hidden, lw["in_norm"], a.eps, residual)
+        qkv = F.linear(hidden, lw["qkv"], lw["qkv_bias"])
+        q, k, v = qkv.split([m.q_size, m.kv_size, m.kv_size], dim=-1)
+        q = rope_native(positions, q, m.cos_sin, a.heads, d)
+        k = rope_native(positions, k, m.cos_sin, a.kv_heads, d)
+        # torch_native backend: set_kv_buffer, then per request gather + SDPA.
+        m.k_cache[li][pos] = k[0]
+        m.v_cache[li][pos] = v.reshape(a.kv_heads, d)
+        tokens = m.req_to_token[0, : pos + 1].long()
+        keys = m.k_cache[li][tokens].movedim(0, 1)[None]  # [1, Hkv, S, D]
+        values = m.v_cache[li][tokens].movedim(0, 1)[None]
+        out = F.scaled_dot_product_attention(
+            q.movedim(0, 1)[None], keys, values, scale=d**-0.5, enable_gqa=True
+        )  # [1, Hq, 1, D]
+        attn = out[0].movedim(1, 0).reshape(1, m.q_size)
+        hidden = F.linear(attn, lw["o"])
+        hidden, residual = rmsnorm_native(hidden, lw["post_norm"], a.eps, residual)
+        gate_up = F.linear(hidden, lw["gate_up"])
+        half = gate_up.shape[-1] // 2
+        hidden = F.linear(F.silu(gate_up[..., :half]) * gate_up[..., half:], lw["down"])
+    hidden, _ = rmsnorm_native(hidden, m.final_norm, a.eps, residual)
+    logits = F.linear(hidden, m.lm_head)
+    return int(logits.float().argmax(dim=-1)[0])
+
+
+# ----------------------------------------------------------------------------- rvv
+
+
+class RvvModel:
+    """The same weights prepared for the rvv ops: packed once (bf16 or int8 + scales)."""
+
+    def __init__(self, m: Model, w8a8: bool) -> None:
+        import rvv_attention as ra
+        import rvv_ops  # noqa: F401  (registers torch.ops.sgl_kernel.*)
+
+        self.m, self.w8a8, self.ra = m, w8a8, ra
+        sel = ra.select("decode", q_dtype=torch.bfloat16, kv_dtype=torch.bfloat16, head_dim=128)
+        log(f"rvv_attention.decode runs: {sel.impl.name} (reason: {sel.reason})")
+        pack = torch.ops.sgl_kernel.convert_weight_packed
+        self.layers = []
+        for li, lw in enumerate(m.layers):
+            entry = {}
+            for name in ("qkv", "o", "gate_up", "down"):
+                if w8a8:
+                    wf = lw[name].float()
+                    scale = wf.abs().amax(dim=1, keepdim=True).clamp_min(1e-10) / 127.0
+                    q8 = torch.round(wf / scale).clamp(-127, 127).to(torch.int8)
+                    entry[name] = (pack(q8), scale.contiguous())
+                else:
+                    entry[name] = (pack(lw[name]), None)
+            self.layers.append(entry)
+            log(f"packed layer {li} ({'int8 + channel scales' if w8a8 else 'bf16'})")
+        self.lm_head = pack(m.lm_head)
+        self.caches = [ra.KVCache(k, v) for k, v in zip(m.k_cache, m.v_cache, strict=True)]
+
+    def linear(self, x: torch.Tensor, entry: tuple, bias: torch.Tensor | None) -> torch.Tensor:
+        weight, scale = entry
+        if scale is None:
+            return torch.ops.sgl_kernel.weight_packed_linear(x, weight, bias, True)
+        return torch.ops.sgl_kernel.int8_scaled_mm_with_quant(
+            x, weight, scale, bias, torch.bfloat16, True
+        )
+
+    def step(self, token: int, pos: int) -> int:
+        m, a, ops = self.m, self.m.a, torch.ops.sgl_kernel
+        d = a.head_dim
+        positions = torch.tensor([pos], dtype=torch.int64)
+        loc = positions
+        seq_lens = torch.tensor([pos + 1], dtype=torch.int64)
+        hidden = m.embed[token][None, :].clone()  # the ops below write in place
+        residual: torch.Tensor | None = None
+        for li, (lw, pw) in enumerate(zip(m.layers, self.layers, strict=True)):
+            if residual is None:
+                residual = hidden
+                hidden = ops.rmsnorm_cpu(hidden, lw["in_norm"], a.eps)
+            else:
+                ops.fused_add_rmsnorm_cpu(hidden, residual, lw["in_norm"], a.eps)
+            qkv = self.linear(hidden, pw["qkv"], lw["qkv_bias"])
+            q = qkv[:, : m.q_size]
+            k = qkv[:, m.q_size : m.q_size + m.kv_size]
+            v = qkv[:, m.q_size + m.kv_size :]
+            q, k = ops.rotary_embedding_cpu(positions, q, k, d, m.cos_sin, True)
+            out = torch.empty(1, a.heads, d, dtype=torch.bfloat16)
+            self.ra.decode(
+                q.view(1, a.heads, d),
+                self.caches[li],
+                out,
+                m.req_to_token,
+                m.req_pool_indices,
+                seq_lens,
+                sm_scale=d**-0.5,
+                loc=loc,
+                key=k.view(1, a.kv_heads, d),
+                value=v.reshape(1, a.kv_heads, d),
+            )
+            hidden = self.linear(out.view(1, m.q_size), pw["o"], None)
+            ops.fused_add_rmsnorm_cpu(hidden, residual, lw["post_norm"], a.eps)
+            hidden = self.linear(ops.silu_and_mul_cpu(self.linear(hidden, pw["gate_up"], None)),
+                                 pw["down"], None)  # fmt: skip
+        ops.fused_add_rmsnorm_cpu(hidden, residual, m.final_norm, a.eps)
+        logits = ops.weight_packed_linear(hidden, self.lm_head, None, True)
+        return int(logits.float().argmax(dim=-1)[0])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--mode", choices=("torch-native", "rvv", "rvv-w8a8"), required=True)
+    p.add_argument("--tokens", type=int, required=True, help="tokens to decode")
+    p.add_argument("--out", help="JSON result file")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=1536)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--kv-heads", type=int, default=2)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--intermediate", type=int, default=8960)
+    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--context", type=int, default=512)
+    p.add_argument("--eps", type=float, default=1e-6)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+
+    # One thread: the plugin's counts are exact for a single-threaded guest, and the
+    # per-token work is the same whatever the thread count.
+    torch.set_num_threads(1)
+    log(f"torch {torch.__version__}, python {sys.version.split()[0]}, mode {a.mode}")
+    build_info = None
+    if a.mode != "torch-native":
+        import rvv_ops
+
+        build_info = rvv_ops.build_info()
+        log(f"rvv_ops build: {build_info}")
+    with torch.no_grad():
+        model = Model(a)
+        log(f"weights and a {a.context}-token random K/V cache ready ({a.layers} layers)")
+        if a.mode == "torch-native":
+            step = lambda t, p: step_native(model, t, p)  # noqa: E731
+        else:
+            step = RvvModel(model, a.mode == "rvv-w8a8").step
+        tokens: list[int] = []
+        seconds: list[float] = []
+        token = 0
+        for n in range(a.tokens):
+            start = time.monotonic()
+            token = step(token, a.context + n)
+            seconds.append(time.monotonic() - start)
+            tokens.append(token)
+            log(f"token {n + 1}/{a.tokens}: {token} ({seconds[-1]:.1f} s)")
+    if a.out:
+        result = {"mode": a.mode, "tokens": tokens, "seconds": seconds, "build_info": build_info}
+        with open(a.out, "w") as f:
+            json.dump(result, f, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
