@@ -7,7 +7,8 @@ Python 3.13; the riscv64 root of tools/provision.sh), in a venv holding the risc
 rvv-ops, rvv-kernels and rvv-attention (cross-built here by tools/ops_riscv.py's functions).
 The model has Qwen2.5-1.5B's layer dimensions - hidden 1536, 12 query / 2 KV heads of 128,
 MLP 8960, RMSNorm, neox RoPE (theta 1e6), SiLU-and-mul, q/k/v biases - but 2 layers and a
-vocabulary of 4096 (an untied LM head), random bf16 weights from a fixed seed. One request
+vocabulary of 4096 (an untied LM head), random bf16 weights from a fixed seed (windows of
+seeded random pools: drawing 100 M normal values under emulation takes minutes). One request
 whose 512 cached K/V rows per layer are filled with random values (no prefill is run)
 decodes greedily from position 512. Modes:
 

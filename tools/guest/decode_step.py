@@ -51,17 +51,37 @@ def log(msg: str) -> None:
     print(f"[guest {time.monotonic() - T0:7.1f} s] {msg}", flush=True)
 
 
+# Length of the random pools weights are cut from (a prime: no two rows of a weight start at
+# the same offset, since no row length is a multiple of it).
+POOL = 1_000_003
+
+
 class Model:
-    """Random weights of a Qwen2-style decoder; bf16 storage, the same for a given seed."""
+    """Random weights of a Qwen2-style decoder; bf16 storage, the same for a given seed.
+
+    Drawing ~100 M normal values under emulation takes minutes, so each weight matrix is a
+    window of a periodic stream: one pool of POOL normal values per fan-in (scaled by
+    1 / sqrt(fan-in)), drawn once from the seed, read on from where the previous weight
+    stopped. Rows are distinct (shifted) sequences; the weights are the same in every mode.
+    """
 
     def __init__(self, a: argparse.Namespace) -> None:
         g = torch.Generator().manual_seed(a.seed)
         h, i, d = a.hidden, a.intermediate, a.head_dim
         self.a = a
         self.q_size, self.kv_size = a.heads * d, a.kv_heads * d
+        pools: dict[int, torch.Tensor] = {}
+        cursor = [0]
 
         def w(n: int, k: int) -> torch.Tensor:
-            return (torch.randn(n, k, generator=g) * (1.0 / math.sqrt(k))).to(torch.bfloat16)
+            if k not in pools:
+                pools[k] = (torch.randn(POOL, generator=g) * (1.0 / math.sqrt(k))).to(
+                    torch.bfloat16
+                )
+            start = cursor[0] % POOL
+            cursor[0] += n * k + 1
+            reps = (start + n * k) // POOL + 1
+            return pools[k].repeat(reps)[start : start + n * k].view(n, k).clone()
 
         def v(n: int, scale: float, base: float = 0.0) -> torch.Tensor:
             return (base + torch.randn(n, generator=g) * scale).to(torch.bfloat16)
