@@ -184,11 +184,17 @@ def _sglang() -> dict[str, Any]:
     SGLang takes the Intel AMX paths when the CPU has AMX tiles and ``sgl_kernel`` has
     ``convert_weight_packed``; rvv-ops defines that op, so on an AMX x86 host SGLang would
     call sgl-kernel AMX ops rvv-ops does not have (``store_cache_cpu`` in the pool's
-    ``set_kv_buffer``). A RISC-V CPU has no AMX: SGLang is told so here, before it reads it
-    at import time (torch's own kernels are unaffected).
+    ``set_kv_buffer``). sglang-rvv's start-up hook keeps SGLang's AMX check False while
+    ``sgl_kernel`` is its stand-in, as on a RISC-V CPU (torch's own kernels are unaffected);
+    this checks that it did.
     """
     os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-    torch.cpu._is_amx_tile_supported = lambda: False
+    utils = importlib.import_module("sglang.srt.utils")
+    if utils.cpu_has_amx_support():
+        raise RuntimeError(
+            "SGLang would take its Intel AMX paths here (sgl-kernel ops rvv-ops lacks): "
+            "install sglang-rvv, whose start-up hook prevents it (SGLANG_RVV_SHIMS must not be 0)"
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tn = importlib.import_module("sglang.srt.layers.attention.torch_native_backend")
@@ -574,8 +580,8 @@ def method(opts: Options) -> dict[str, Any]:
         "bandwidth_fraction": "decode: batch*context*kv_heads*(head_dim+v_head_dim)*2 bytes "
         "/ median_s / copy bandwidth",
         "numerics": f"each impl once per case vs torch_native, atol = rtol = {ATOL}",
-        "sglang_amx": "hidden from SGLang (torch.cpu._is_amx_tile_supported -> False before "
-        "SGLang is imported), as on a RISC-V CPU; torch's own kernels still use AMX",
+        "sglang_amx": "off in SGLang (sglang-rvv's hook: its sgl_kernel stand-in is not "
+        "sgl-kernel's AMX build), as on a RISC-V CPU; torch's own kernels still use AMX",
         "batches": list(opts.batches),
         "contexts": list(opts.contexts),
         "ops": list(opts.ops),
