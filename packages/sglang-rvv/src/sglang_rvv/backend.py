@@ -63,7 +63,8 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
             and self.token_to_kv_pool.swa_layer_nums > 0
         )
         self.swa_out_cache_loc: torch.Tensor | None = None
-        self._swa_tables: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        # This forward pass's req_to_token rows translated to the SWA pool (made on first use).
+        self._swa_tables: tuple[torch.Tensor, torch.Tensor] | None = None
         self.max_extend_len = 0
         caps = ra.capabilities()
         logger.info(
@@ -106,7 +107,7 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
         )
 
     def _tables(
-        self, layer: RadixAttention, forward_batch: ForwardBatch, seq_lens: torch.Tensor
+        self, layer: RadixAttention, forward_batch: ForwardBatch
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``req_to_token`` and ``req_pool_indices`` addressing this layer's KV buffer."""
         req_to_token = self.req_to_token_pool.req_to_token
@@ -114,17 +115,17 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
         if layer.is_cross_attention or not self._is_swa_layer(layer.layer_id):
             return req_to_token, req_pool_indices
         # An SWA layer's buffer has only swa_size rows: req_to_token holds full-pool indices.
-        cached = self._swa_tables
-        if cached is not None and cached[0] is req_to_token:
-            return cached[1], cached[2]
+        if self._swa_tables is not None:
+            return self._swa_tables
+        seq_lens = forward_batch.seq_lens
         longest = int(seq_lens.max()) if seq_lens.numel() else 0
         rows = req_to_token[req_pool_indices, :longest]
         translated = self.token_to_kv_pool.translate_loc_from_full_to_swa(rows).to(
             req_to_token.dtype
         )
         indices = torch.arange(translated.shape[0], dtype=torch.int64)
-        self._swa_tables = (req_to_token, translated, indices)
-        return translated, indices
+        self._swa_tables = (translated, indices)
+        return self._swa_tables
 
     # ------------------------------------------------------------------- cache
 
@@ -177,7 +178,7 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
         hq, _, d, dv = _heads(layer)
         q3 = q.reshape(-1, hq, d)
         out = q.new_empty((q3.shape[0], hq, dv))
-        req_to_token, req_pool_indices = self._tables(layer, forward_batch, forward_batch.seq_lens)
+        req_to_token, req_pool_indices = self._tables(layer, forward_batch)
         return q3, out, req_to_token, req_pool_indices
 
     # ----------------------------------------------------------------- forward
