@@ -19,7 +19,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from typing import Any
 
 import pytest
 from sglang_rvv import demo, layers
-from sglang_rvv.serve import stop_group, wait_healthy
+from sglang_rvv.serve import server_command, stop_group, wait_healthy
 
 MAX_TOKENS = 24
 AGREE_TOKENS = 8
@@ -131,19 +130,17 @@ def run_server(model: Path, backend: str, *, routed: bool, tmp: Path) -> Results
     env["SGLANG_RVV_LAYERS"] = "1" if routed else "0"
     stats_dir = tmp / f"stats-{backend}-{int(routed)}"
     env["SGLANG_RVV_LAYER_STATS"] = str(stats_dir)
-    cmd = [
-        sys.executable, "-m", "sglang.launch_server",
-        "--model-path", str(model),
-        "--device", "cpu",
-        "--attention-backend", backend,
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--max-total-tokens", "8192",
-        "--chunked-prefill-size", str(CHUNK),
-        "--enable-cache-report",
-        "--skip-server-warmup",
-        "--random-seed", "0",
-    ]  # fmt: skip
+    # serve.py's command line (CPU device, host, --max-total-tokens, no warm-up) plus ours.
+    cmd = server_command(
+        [
+            "--attention-backend", backend,
+            "--port", str(port),
+            "--chunked-prefill-size", str(CHUNK),
+            "--enable-cache-report",
+            "--random-seed", "0",
+        ],
+        model,
+    )  # fmt: skip
     log = tmp / f"server-{model.name}-{backend}-{int(routed)}.log"
     started = time.monotonic()
     with open(log, "wb") as out:
