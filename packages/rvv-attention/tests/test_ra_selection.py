@@ -113,6 +113,18 @@ def test_kernel_and_fallback_give_the_same_numbers(monkeypatch: pytest.MonkeyPat
     torch.testing.assert_close(fallback_out.double(), ref, **tolerance(torch.float32))
 
 
+def test_call_counts_name_the_implementation_that_ran(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = ra.call_counts()
+    _decode_once()
+    _decode_once()
+    monkeypatch.setenv(ra.ENV_IMPL, "fallback")
+    ra.clear_cache()
+    _decode_once()
+    after = ra.call_counts()
+    grew = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    assert grew == {"decode:kernel": 2, "decode:fallback": 1}
+
+
 def test_fallback_reason_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     p = make_paged([3, 4], kv_heads=1, head_dim=8, v_head_dim=8, dtype=torch.float32)
     with caplog.at_level("INFO", logger="rvv_attention"):

@@ -14,6 +14,7 @@ where they can run, else a batched torch-native fallback, with the reason logged
     ra.attention(q, k, v)                 # contiguous per-request K/V
     ra.select("decode", q_dtype=..., kv_dtype=..., head_dim=...)   # what would run, and why
     ra.capabilities()                     # CPU features and the kernel build
+    ra.call_counts()                      # {"decode:kernel": n, ...} in this process
 
 ``RVV_ATTENTION_IMPL=auto|kernel|fallback`` overrides the choice. See the README.
 """
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import threading
 
-from rvv_attention._api import attention, decode, extend
+from rvv_attention._api import attention, call_counts, decode, extend
 from rvv_attention._cache import KVCache, quantize_int8
 from rvv_attention._capabilities import Capabilities, detect
 from rvv_attention._scratch import ScratchPool, num_splits, scratch
@@ -73,6 +74,7 @@ __all__ = [
     "Selection",
     "__version__",
     "attention",
+    "call_counts",
     "capabilities",
     "clear_cache",
     "decode",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 
 import torch
@@ -21,6 +22,14 @@ from rvv_attention._select import (
 )
 
 _INDEX = (torch.int32, torch.int64)
+
+_CALLS: Counter[str] = Counter()
+
+
+def call_counts() -> dict[str, int]:
+    """Calls made in this process so far, as ``"<op>:<implementation>"`` -> count (for
+    example ``{"decode:kernel": 120, "extend:fallback": 2}``): which implementation ran."""
+    return dict(_CALLS)
 
 
 class _NotThisCall(Exception):
@@ -102,6 +111,7 @@ def _run(
     if sel.impl.name == "kernel":
         try:
             kernel_call()
+            _CALLS[f"{op}:kernel"] += 1
             return sel
         except _NotThisCall as e:
             if sel.mode == "kernel":
@@ -122,6 +132,7 @@ def _run(
     assert sel.reason is not None
     note_fallback(op, sel.reason)
     fallback_call()
+    _CALLS[f"{op}:{sel.impl.name}"] += 1
     return sel
 
 
