@@ -130,6 +130,17 @@ def riscv_tests(session: nox.Session) -> None:
     session.run("python", "tools/ops_riscv.py", "test", "--out", "dist", *session.posargs)
 
 
+@nox.session(name="riscv-sglang")
+def riscv_sglang(session: nox.Session) -> None:
+    """SGLang's offline Engine inside the emulated Debian 13 riscv64 root (QEMU 10, VLEN 256):
+    the demo model with attention_backend="rvv" vs "torch_native", same greedy tokens, RVV
+    kernels ran. Not in the default run (~30 minutes). Writes build/riscv-sglang.json."""
+    # The demo model is built on the host: transformers + torch, and sglang-rvv's demo module.
+    session.install(TORCH, TRANSFORMERS, "hatchling", "build")
+    session.install("--no-deps", SGLANG_RVV)
+    session.run("python", "tools/sglang_riscv64.py", "run", "--out", "dist", *session.posargs)
+
+
 @nox.session(name="bench-kernels")
 def bench_kernels(session: nox.Session) -> None:
     """Instruction counts under QEMU, RVV vs scalar build, per kernel case and VLEN.
@@ -191,6 +202,7 @@ def lint(session: nox.Session) -> None:
         "tools/rvvtools",
         "tools/kernels_tests.py",
         "tools/ops_riscv.py",
+        "tools/sglang_riscv64.py",
         "tools/bench_kernels.py",
         "tools/bench_x86.py",
         "tools/bench_e2e_riscv.py",

@@ -15,7 +15,10 @@
 #   root       Debian 13 riscv64 userland (python3, torch, numpy, pytest, libtorch-dev, pip,
 #              venv, libc6-dev, libstdc++-14-dev) unpacked at $CACHE/riscv64-root
 #              (implies qemu10, used to verify it; no root needed)
-#   all        all of the above
+#   sglang-root  the same plus the Debian packages SGLang needs on riscv64
+#              (packages/sglang-rvv/requirements/riscv64-debian.txt, what
+#              tools/install-riscv64.sh apt-installs on a board) at $CACHE/riscv64-sglang-root
+#   all        all of the above except sglang-root
 #
 # CACHE is ${RVV_SGLANG_CACHE:-$HOME/.cache/rvv-sglang}. Each component writes a stamp file
 # $CACHE/stamps/COMPONENT.stamp recording what it installed; a rerun checks the stamp (and, for
@@ -35,6 +38,8 @@ export DEBIAN_FRONTEND=noninteractive
 QEMU7=/usr/bin/qemu-riscv64
 QEMU10=$CACHE/qemu10/bin/qemu-riscv64
 ROOT=$CACHE/riscv64-root
+SGLANG_ROOT=$CACHE/riscv64-sglang-root
+SGLANG_DEBS_FILE=$HERE/../packages/sglang-rvv/requirements/riscv64-debian.txt
 PLUGIN_SRC=$HERE/qemu-plugin/insncount.c
 PLUGIN_SO=$CACHE/plugin/libinsncount.so
 PLUGIN_HDR=$CACHE/plugin/include/qemu-plugin.h
@@ -376,25 +381,29 @@ apply_alternatives() {
     done
 }
 
-ensure_root() {
+# assemble_root NAME DIR PACKAGE...: a Debian 13 riscv64 userland with PACKAGE... (and what they
+# depend on) unpacked at DIR, verified under QEMU 10, stamped as component NAME.
+assemble_root() {
+    local name=$1 ROOT=$2; shift 2
+    local pkgs=("$@")
     ensure qemu10
     local key
-    key=$(printf '%s\n' "${ROOT_PKGS[@]}" "recipe $ROOT_RECIPE" | sha)
-    if [ -x "$ROOT/usr/bin/python3" ] && stamp_ok root "$key"; then
-        present root
+    key=$(printf '%s\n' "${pkgs[@]}" "recipe $ROOT_RECIPE" | sha)
+    if [ -x "$ROOT/usr/bin/python3" ] && stamp_ok "$name" "$key"; then
+        present "$name"
         return 0
     fi
-    log "root: assembling a Debian 13 riscv64 root at $ROOT"
+    log "$name: assembling a Debian 13 riscv64 root at $ROOT"
     find_mirrors
     apt_setup trixie-riscv64 riscv64 <<<"deb [signed-by=$KEYRING] $MIRROR $NEW_SUITE main"
     apt_update_in trixie-riscv64
     local t0; t0=$(now)
-    log "  resolving and downloading ${ROOT_PKGS[*]}"
-    logged apt-download-root apt_in trixie-riscv64 install --download-only "${ROOT_PKGS[@]}"
+    log "  resolving and downloading ${pkgs[*]}"
+    logged "apt-download-$name" apt_in trixie-riscv64 install --download-only "${pkgs[@]}"
     apt_in trixie-riscv64 autoclean >/dev/null 2>&1 || true  # drop .debs no longer in the index
     # the packages apt chose, as "name version" (the status file is empty: all are new)
     local inst archives=$CACHE/apt/trixie-riscv64/cache/archives
-    inst=$(apt_in trixie-riscv64 install -s "${ROOT_PKGS[@]}" 2>/dev/null \
+    inst=$(apt_in trixie-riscv64 install -s "${pkgs[@]}" 2>/dev/null \
         | awk '$1 == "Inst" { v = $3; gsub(/[()]/, "", v); print $2, v }')
     log "  $(wc -l <<<"$inst") packages downloaded ($(elapsed "$t0") s); unpacking"
 
@@ -443,21 +452,30 @@ ensure_root() {
     local torchv pipv
     torchv=$(env -u PYTHONPATH -u PYTHONHOME -u PYTHONDONTWRITEBYTECODE -u VIRTUAL_ENV \
         "$QEMU10" -L "$ROOT" -cpu rv64,v=true,vlen=256 "$ROOT/usr/bin/python3" \
-        -c 'import torch, numpy, pytest; print(torch.__version__)' 2>"$LOGS/root-verify.log") \
-        || { tail -n 20 "$LOGS/root-verify.log" >&2; die "python3 in $ROOT cannot import torch"; }
+        -c 'import torch, numpy, pytest; print(torch.__version__)' 2>"$LOGS/$name-verify.log") \
+        || { tail -n 20 "$LOGS/$name-verify.log" >&2; die "python3 in $ROOT cannot import torch"; }
     pipv=$(env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV "$QEMU10" -L "$ROOT" \
-        -cpu rv64,v=true,vlen=256 "$ROOT/usr/bin/python3" -m pip --version 2>>"$LOGS/root-verify.log") \
-        || { tail -n 20 "$LOGS/root-verify.log" >&2; die "pip does not run in $ROOT"; }
+        -cpu rv64,v=true,vlen=256 "$ROOT/usr/bin/python3" -m pip --version 2>>"$LOGS/$name-verify.log") \
+        || { tail -n 20 "$LOGS/$name-verify.log" >&2; die "pip does not run in $ROOT"; }
     log "  torch $torchv; ${pipv%% from *} ($(elapsed "$t0") s)"
     {
         echo "summary: $(wc -l <"$tmp.list") packages, python3 $(readlink "$ROOT/usr/bin/python3"), torch $torchv, ${pipv%% from *}"
-        echo "requested: ${ROOT_PKGS[*]}"
+        echo "requested: ${pkgs[*]}"
         echo "recipe: $ROOT_RECIPE"
         echo "from: $MIRROR $NEW_SUITE main (riscv64)"
         sed 's/^/    /' "$tmp.alternatives"
         sed 's/^/installed: /' "$tmp.list"
-    } | stamp_write root "$key"
+    } | stamp_write "$name" "$key"
     rm -f "$tmp.list" "$tmp.alternatives"
+}
+
+ensure_root() { assemble_root root "$ROOT" "${ROOT_PKGS[@]}"; }
+
+ensure_sglang-root() {
+    [ -f "$SGLANG_DEBS_FILE" ] || die "missing $SGLANG_DEBS_FILE"
+    local extra
+    mapfile -t extra < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$SGLANG_DEBS_FILE")
+    assemble_root sglang-root "$SGLANG_ROOT" "${ROOT_PKGS[@]}" "${extra[@]}"
 }
 
 # ----------------------------------------------------------------------------- main
@@ -467,9 +485,9 @@ main() {
     for c in "$@"; do
         case "$c" in
             all) COMPONENTS+=(toolchain qemu7 qemu10 plugin root) ;;
-            toolchain | qemu7 | qemu10 | plugin | root) COMPONENTS+=("$c") ;;
+            toolchain | qemu7 | qemu10 | plugin | root | sglang-root) COMPONENTS+=("$c") ;;
             -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
-            *) die "unknown component '$c' (known: toolchain qemu7 qemu10 plugin root all)" ;;
+            *) die "unknown component '$c' (known: toolchain qemu7 qemu10 plugin root sglang-root all)" ;;
         esac
     done
 

@@ -9,6 +9,7 @@ Layout under :func:`cache_dir` (``$RVV_SGLANG_CACHE``, default ``~/.cache/rvv-sg
     plugin/libinsncount.so    the project's TCG plugin, for QEMU 7.2 (/usr/bin/qemu-riscv64)
     riscv64-root/             Debian 13 riscv64 userland: python3.13, torch 2.6, numpy,
                               pytest, pip, venv, libtorch-dev, libstdc++ 14
+    riscv64-sglang-root/      the same plus sglang-rvv's requirements/riscv64-debian.txt
     stamps/COMPONENT.stamp    what each component installed;  logs/, apt/: provisioning
 
 Running the root's Python::
@@ -76,7 +77,7 @@ __all__ = [
     "toolchain_file",
 ]
 
-COMPONENTS = ("toolchain", "qemu7", "qemu10", "plugin", "root", "all")
+COMPONENTS = ("toolchain", "qemu7", "qemu10", "plugin", "root", "all", "sglang-root")
 VLENS = (128, 256, 512, 1024)
 INSNCOUNT_KEYS = ("total", "scalar", "vector", "vsetvl", "vmem")
 
@@ -125,6 +126,11 @@ def plugin() -> Path:
 def riscv_root() -> Path:
     """Return the Debian 13 riscv64 root with Python and torch (component ``root``)."""
     return cache_dir() / "riscv64-root"
+
+
+def riscv_sglang_root() -> Path:
+    """Return :func:`riscv_root` plus the Debian packages SGLang needs (``sglang-root``)."""
+    return cache_dir() / "riscv64-sglang-root"
 
 
 def cross_sysroot() -> Path:

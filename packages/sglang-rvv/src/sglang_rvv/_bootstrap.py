@@ -15,7 +15,11 @@ check right after SGLang's module runs: it answers False while ``sgl_kernel`` is
 and defers to SGLang's own check otherwise. It matters only on x86 hosts with AMX (like the
 machines this project is tested on); a RISC-V CPU has no AMX tiles.
 
-Set ``SGLANG_RVV_SHIMS=0`` to turn both hooks off. This module must stay import-light: it runs
+On a riscv64 machine :mod:`sglang_rvv.riscv64` adds what SGLang lacks there (a triton
+stand-in, torch 2.6 gaps, SGLang's CPU engine on riscv64) through the same two mechanisms: a
+finder at the end of ``sys.meta_path`` and :func:`after_import` patches.
+
+Set ``SGLANG_RVV_SHIMS=0`` to turn all hooks off. This module must stay import-light: it runs
 in every Python process of the environment.
 """
 
@@ -26,7 +30,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -85,8 +89,39 @@ def patch_amx_check(module: ModuleType) -> bool:
     return True
 
 
+def _warn_amx_unpatched(module: ModuleType) -> bool:
+    if patch_amx_check(module):
+        return True
+    import warnings
+
+    warnings.warn(
+        f"sglang-rvv: {AMX_CHECK_MODULE}.{AMX_CHECK} not found: this SGLang may take "
+        "rvv-ops' sgl_kernel ops for sgl-kernel's AMX build",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return False
+
+
+# module name -> functions run on the module right after its code ran (before the importer
+# sees it). Registered with after_import(); the AMX check is always there.
+_AFTER_IMPORT: dict[str, list[Callable[[ModuleType], object]]] = {
+    AMX_CHECK_MODULE: [_warn_amx_unpatched]
+}
+
+
+def after_import(module_name: str, patch: Callable[[ModuleType], object]) -> None:
+    """Runs ``patch(module)`` right after ``module_name`` is first imported (or now, if it
+    already was)."""
+    patches = _AFTER_IMPORT.setdefault(module_name, [])
+    if patch not in patches:
+        patches.append(patch)
+    if module_name in sys.modules:
+        patch(sys.modules[module_name])
+
+
 class _PatchingLoader(importlib.abc.Loader):
-    """Runs the real loader, then :func:`patch_amx_check` on the new module."""
+    """Runs the real loader, then the module's :func:`after_import` patches."""
 
     def __init__(self, inner: importlib.abc.Loader) -> None:
         self._inner = inner
@@ -96,22 +131,16 @@ class _PatchingLoader(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         self._inner.exec_module(module)
-        if not patch_amx_check(module):
-            import warnings
-
-            warnings.warn(
-                f"sglang-rvv: {AMX_CHECK_MODULE}.{AMX_CHECK} not found: this SGLang may take "
-                "rvv-ops' sgl_kernel ops for sgl-kernel's AMX build",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+        for patch in list(_AFTER_IMPORT.get(module.__name__, ())):
+            patch(module)
 
     def __getattr__(self, name: str) -> object:  # get_source, is_package, ... for tracebacks
         return getattr(self._inner, name)
 
 
-class AmxCheckFinder(importlib.abc.MetaPathFinder):
-    """Finds ``sglang.srt.utils.common`` with the other finders and wraps its loader."""
+class PostImportFinder(importlib.abc.MetaPathFinder):
+    """Finds the modules :func:`after_import` names with the other finders and wraps their
+    loaders so that the patches run after the module's code."""
 
     def find_spec(
         self,
@@ -119,10 +148,10 @@ class AmxCheckFinder(importlib.abc.MetaPathFinder):
         path: Sequence[str] | None,
         target: ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != AMX_CHECK_MODULE or not enabled():
+        if fullname not in _AFTER_IMPORT or not enabled():
             return None
         for finder in sys.meta_path:
-            if finder is self or isinstance(finder, AmxCheckFinder):
+            if finder is self or isinstance(finder, PostImportFinder):
                 continue
             find = getattr(finder, "find_spec", None)
             spec: importlib.machinery.ModuleSpec | None = (
@@ -136,11 +165,15 @@ class AmxCheckFinder(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Installs both finders once (idempotent)."""
+    """Installs the finders once (idempotent), and on riscv64 :mod:`sglang_rvv.riscv64`'s."""
     if not any(isinstance(f, SglKernelShimFinder) for f in sys.meta_path):
         sys.meta_path.append(SglKernelShimFinder())
-    if not any(isinstance(f, AmxCheckFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, AmxCheckFinder())
+    if not any(isinstance(f, PostImportFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, PostImportFinder())
+    from sglang_rvv import riscv64
+
+    if riscv64.needed():
+        riscv64.install()
 
 
 if enabled():

@@ -27,6 +27,8 @@ from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 
+from sglang_rvv import layers
+
 if TYPE_CHECKING:
     from sglang.srt.layers.radix_attention import RadixAttention
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch
@@ -225,6 +227,7 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
             sliding_window=window,
             **_options(layer, forward_batch, sinks),
         )
+        layers.maybe_flush_stats()
         return out.view(-1, hq * dv)
 
     def forward_decode(
@@ -268,6 +271,7 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
             sliding_window=_window(layer),
             **_options(layer, forward_batch, sinks),
         )
+        layers.maybe_flush_stats()
         return out.view(-1, hq * dv)
 
     # --------------------------------------------------- CPU graph (torch.compile)

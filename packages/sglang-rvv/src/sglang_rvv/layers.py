@@ -30,8 +30,9 @@ a weight of another dtype, tensors on another device, ...) go to SGLang's own me
 The switch is the environment variable ``SGLANG_RVV_LAYERS``: ``auto`` (default: on when the
 CPU has the RISC-V vector extension), ``1`` (on, on any host: how tests prove the routing on
 x86, where the ops run their portable C++ path), ``0`` (off). With
-``SGLANG_RVV_LAYER_STATS=DIR`` every SGLang process writes its op-call counts to
-``DIR/<pid>.json`` (at most once a second, and at exit).
+``SGLANG_RVV_LAYER_STATS=DIR`` every SGLang process writes its op-call counts (and the
+attention backend's calls by implementation, see :func:`stats`) to ``DIR/<pid>.json`` (at
+most once a second, and at exit).
 """
 
 from __future__ import annotations
@@ -80,23 +81,41 @@ def linear_ops_available() -> bool:
 
 
 def _count(op: str) -> None:
-    global _last_flush
     CALLS[op] += 1
+    maybe_flush_stats()
+
+
+def maybe_flush_stats() -> None:
+    """:func:`flush_stats`, at most once a second."""
+    global _last_flush
     now = time.monotonic()
     if now - _last_flush >= 1.0:
         _last_flush = now
         flush_stats()
 
 
+def stats() -> dict[str, int]:
+    """This process's routed op calls, plus rvv-attention's calls by the implementation that
+    ran, as ``attention <op>:<implementation>`` (e.g. ``attention decode:kernel``)."""
+    import rvv_attention
+
+    counts = dict(CALLS)
+    counts.update({f"attention {k}": v for k, v in rvv_attention.call_counts().items()})
+    return counts
+
+
 def flush_stats() -> None:
-    """Writes this process's counts to ``$SGLANG_RVV_LAYER_STATS/<pid>.json`` if set."""
+    """Writes this process's :func:`stats` to ``$SGLANG_RVV_LAYER_STATS/<pid>.json`` if set."""
     target = os.environ.get("SGLANG_RVV_LAYER_STATS")
-    if not target or not CALLS:
+    if not target:
+        return
+    counts = stats()
+    if not counts:
         return
     path = Path(target)
     path.mkdir(parents=True, exist_ok=True)
     tmp = path / f".{os.getpid()}.json.tmp"
-    tmp.write_text(json.dumps(dict(CALLS), sort_keys=True))
+    tmp.write_text(json.dumps(counts, sort_keys=True))
     tmp.replace(path / f"{os.getpid()}.json")
 
 

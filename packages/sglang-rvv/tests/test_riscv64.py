@@ -1,0 +1,229 @@
+"""sglang_rvv.riscv64 and the riscv64 platform plugin.
+
+On this x86-64 host: the shims stay off (nothing of them activates where it is not needed),
+each shim does what it says on fakes, and SGLang's offline Engine runs in a *simulated*
+riscv64 environment (tests/riscv64_sim_path: triton, tvm_ffi and xgrammar hidden, torch 2.6's
+API gaps, SGLang seeing a riscv64 CPU) with the rvv backend, token-identical to
+torch_native. The real thing - the emulated Debian 13 riscv64 root with torch 2.6 - is
+``nox -s riscv-sglang`` (tools/sglang_riscv64.py), which applies the same checks.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sglang_rvv import demo, platform, riscv64
+
+REPO = Path(__file__).resolve().parents[3]
+SIM_PATH = Path(__file__).resolve().parent / "riscv64_sim_path"
+
+
+def _python(code: str, env: dict[str, str], timeout: float = 300) -> str:
+    res = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout.strip().splitlines()[-1]
+
+
+def _sim_env(**extra: str) -> dict[str, str]:
+    # SGLANG_USE_CPU_ENGINE unset: on riscv64 sglang-rvv sets it
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SGLANG_USE_CPU_ENGINE")}
+    env.update({riscv64.ENV: "1", "PYTHONPATH": str(SIM_PATH), **extra})
+    return env
+
+
+def test_nothing_activates_on_x86() -> None:
+    env = {k: v for k, v in os.environ.items() if k != riscv64.ENV}
+    out = _python(
+        """
+        import json, sys
+        import torch
+        import sglang.srt.utils.common as common
+        from sglang_rvv import platform, riscv64
+        print(json.dumps({
+            "needed": riscv64.needed(),
+            "active": riscv64.ACTIVE,
+            "finders": [type(f).__name__ for f in sys.meta_path],
+            "dtype": str(torch.float8_e8m0fnu),
+            "accelerator_patched": hasattr(torch.accelerator.current_accelerator, "_sglang_rvv"),
+            "is_cpu_patched": hasattr(common.is_cpu, "_sglang_rvv"),
+            "platform": platform.activate(),
+        }))
+        """,
+        env,
+    )
+    got = json.loads(out)
+    assert got == {
+        "needed": False,
+        "active": {},
+        "finders": [f for f in got["finders"] if f != "StandInFinder"],
+        "dtype": "torch.float8_e8m0fnu",
+        "accelerator_patched": False,
+        "is_cpu_patched": False,
+        "platform": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("1", True), ("on", True), ("0", False), ("off", False)]
+)
+def test_needed_follows_the_variable(
+    monkeypatch: pytest.MonkeyPatch, value: str, expected: bool
+) -> None:
+    monkeypatch.setenv(riscv64.ENV, value)
+    assert riscv64.needed() is expected
+    assert platform.activate() == (platform.PLATFORM if expected else None)
+
+
+def test_stand_ins_in_the_simulation() -> None:
+    out = _python(
+        """
+        import json
+        import pydantic
+        import triton
+        import triton.language as tl
+        from triton.runtime.jit import JITFunction
+        import tvm_ffi
+        from tvm_ffi.module import Module
+        import xgrammar
+        from sglang_rvv import riscv64
+
+        @triton.autotune(configs=[triton.Config({"BLOCK": 16})], key=["n"])
+        @triton.jit
+        def kernel(x, BLOCK: tl.constexpr):
+            pass
+
+        class Sub(JITFunction):
+            pass
+
+        try:
+            kernel[(1,)](1)
+            launched = "no error"
+        except riscv64.StandInError as e:
+            launched = str(e)
+
+        class M(pydantic.BaseModel):
+            tag: xgrammar.StructuralTag | None = None
+
+        print(json.dumps({
+            "cdiv": triton.cdiv(7, 2), "p2": triton.next_power_of_2(5),
+            "bool": bool(triton), "launched": launched, "sub": Sub.__mro__[1].__name__,
+            "module": repr(Module), "tvm": tvm_ffi.__version__,
+            "model": M(tag={"any": 1}).tag,
+            "active": sorted(riscv64.ACTIVE),
+        }))
+        """,
+        _sim_env(),
+    )
+    got = json.loads(out)
+    assert got["cdiv"] == 4 and got["p2"] == 8 and got["bool"] is False
+    assert "kernel 'kernel' was launched" in got["launched"] and "stand-in" in got["launched"]
+    assert got["sub"] == "JITFunction" and got["model"] == {"any": 1}
+    assert got["tvm"].endswith("sglang-rvv-stand-in")
+    assert {"triton stand-in", "tvm_ffi stand-in", "xgrammar stand-in"} <= set(got["active"])
+
+
+def test_torch_gaps_are_filled_only_where_missing() -> None:
+    calls: list[str] = []
+
+    def current_accelerator() -> Any:  # torch 2.6: no argument, raises without one
+        calls.append("called")
+        raise RuntimeError("no accelerator")
+
+    fake = types.SimpleNamespace(
+        __version__="2.6.0+debian",
+        float4_e2m1fn_x2="real",
+        accelerator=types.SimpleNamespace(current_accelerator=current_accelerator),
+    )
+    patched = riscv64.patch_torch(fake)  # type: ignore[arg-type]
+    assert patched == ["torch.float8_e8m0fnu", "torch.accelerator.current_accelerator"]
+    assert fake.float4_e2m1fn_x2 == "real"
+    placeholder = fake.float8_e8m0fnu  # type: ignore[attr-defined]
+    assert placeholder.itemsize == 1 and placeholder != "float8_e8m0fnu"
+    assert "missing from torch 2.6.0+debian" in repr(placeholder)
+    assert fake.accelerator.current_accelerator(check_available=True) is None
+    assert fake.accelerator.current_accelerator() is None and calls == ["called", "called"]
+    assert riscv64.patch_torch(fake) == []  # type: ignore[arg-type]
+
+    import torch
+
+    before = torch.accelerator.current_accelerator
+    assert riscv64.patch_torch(torch) == []  # torch 2.14 has everything
+    assert torch.accelerator.current_accelerator is before
+
+
+def test_is_cpu_patch(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = types.ModuleType("fake_common")
+    module.is_cpu = lambda: False  # type: ignore[attr-defined]
+    assert riscv64.patch_is_cpu(module)
+    monkeypatch.setenv("SGLANG_USE_CPU_ENGINE", "1")
+    assert module.is_cpu() is True  # type: ignore[attr-defined]
+    assert riscv64.patch_is_cpu(module)  # idempotent
+    assert not riscv64.patch_is_cpu(types.ModuleType("no_is_cpu"))
+
+
+def test_platform_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = types.SimpleNamespace(attention_backend="intel_amx", grammar_backend=None)
+    monkeypatch.setattr(platform, "_xgrammar_is_stand_in", lambda: True)
+    platform.apply_defaults(args)
+    assert (args.attention_backend, args.grammar_backend) == ("rvv", "none")
+    args = types.SimpleNamespace(attention_backend="torch_native", grammar_backend="llguidance")
+    platform.apply_defaults(args)
+    assert (args.attention_backend, args.grammar_backend) == ("torch_native", "llguidance")
+    monkeypatch.setattr(platform, "_xgrammar_is_stand_in", lambda: False)
+    args = types.SimpleNamespace(attention_backend=None, grammar_backend=None)
+    platform.apply_defaults(args)
+    assert (args.attention_backend, args.grammar_backend) == ("rvv", None)
+
+
+def _harness() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "sglang_riscv64", REPO / "tools/sglang_riscv64.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_engine_in_the_riscv64_simulation(tmp_path: Path) -> None:
+    """tools/guest/sglang_engine.py, as `nox -s riscv-sglang` runs it, checked the same way."""
+    out = tmp_path / "report.json"
+    cmd = [
+        sys.executable, str(REPO / "tools/guest/sglang_engine.py"),
+        "--model", str(demo.ensure("qwen2")), "--backend", "rvv", "--backend", "torch_native",
+        "--max-new-tokens", "16", "--out", str(out),
+    ]  # fmt: skip
+    res = subprocess.run(
+        cmd, env=_sim_env(), capture_output=True, text=True, timeout=900, check=False
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
+    report = json.loads(out.read_text())
+    assert _harness().check(report, 16) == []
+    assert {
+        "SGLANG_USE_CPU_ENGINE=1",
+        "sglang is_cpu()",
+        "triton stand-in",
+        "tvm_ffi stand-in",
+        "xgrammar stand-in",
+        "torch.float8_e8m0fnu",
+        "torch.float4_e2m1fn_x2",
+        "torch.accelerator.current_accelerator",
+    } <= set(report["shims"])
+    rvv = report["engines"][0]
+    print("riscv64 simulation:", [r["text"] for r in rvv["results"]], rvv["ops"])

@@ -1,0 +1,295 @@
+"""SGLang on riscv64: the install pieces, and the proof under QEMU (``nox -s riscv-sglang``).
+
+    python tools/sglang_riscv64.py sglang-wheel --out DIR    # SGLang 0.5.23 without x86 code
+    python tools/sglang_riscv64.py wheels --out DIR          # + PyPI's riscv64/pure wheels
+    python tools/sglang_riscv64.py run [--out dist] [--vlen 256] [--max-new-tokens 16]
+
+``sglang-wheel`` works on any machine (a RISC-V board included: tools/install-riscv64.sh calls
+it): PyPI has only x86-64/aarch64 wheels of SGLang 0.5.23, whose Python code is
+architecture-independent; this downloads the x86-64 CPython 3.13 wheel and writes
+``sglang-0.5.23-py3-none-any.whl`` without its five Rust extension modules (SGLang falls back
+to Python where it needs one: the radix tree; the others serve options not used here).
+
+``run`` is the emulated proof: it provisions the Debian 13 riscv64 root with SGLang's Debian
+packages (tools/provision.sh sglang-root), cross-builds rvv-ops' riscv64 wheel, builds the
+pure-Python wheels (rvv-kernels, rvv-attention, sglang-rvv, SGLang), downloads
+packages/sglang-rvv/requirements/riscv64-pip.txt for riscv64 / CPython 3.13, installs all of
+it into a venv of the root's Python (the same venv + pip steps tools/install-riscv64.sh takes
+on a board), then runs tools/guest/sglang_engine.py under QEMU 10 (VLEN 256, Zvfh): SGLang's
+offline Engine on the demo model with ``attention_backend="rvv"`` and then ``torch_native``,
+greedy, 2 prompts. It checks that both produce the same tokens (at least ``--max-new-tokens``
+each) and that the RVV attention kernels ran (no fallback), and writes
+``build/riscv-sglang.json``.
+
+Emulation only (a board needs none of it): the guest Python cannot exec riscv64 programs, so
+the venv gets a ``.pth`` line pointing ``sys.executable`` at a host shell script that runs the
+venv's python under the same QEMU (SGLang starts its scheduler and detokenizer as
+"spawn" processes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SGLANG_RVV = REPO / "packages" / "sglang-rvv"
+REQUIREMENTS = SGLANG_RVV / "requirements"
+SGLANG = "sglang==0.5.23"
+GUEST_SCRIPT = REPO / "tools" / "guest" / "sglang_engine.py"
+# pip (before 24) matches --platform tags literally: list every glibc a wheel may name
+# (Debian 13 has glibc 2.41).
+GLIBCS = range(41, 16, -1)
+RISCV64_PLATFORMS = (*(f"manylinux_2_{v}_riscv64" for v in GLIBCS), "linux_riscv64")
+X86_64_PLATFORMS = (*(f"manylinux_2_{v}_x86_64" for v in GLIBCS), "manylinux2014_x86_64")
+
+
+def _log(msg: str) -> None:
+    print(f"[riscv-sglang {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ----------------------------------------------------------------------------- wheels
+def sglang_wheel(out_dir: Path, spec: str = SGLANG) -> Path:
+    """Downloads SGLang's x86-64 CPython 3.13 wheel and writes its pure-Python form to out_dir.
+
+    Drops the compiled extension modules (``*.so``) from the files and from ``RECORD`` and
+    retags the wheel ``py3-none-any`` (``Root-Is-Purelib: true``). Returns the new wheel.
+    """
+    out_dir = out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name, _, version = spec.partition("==")
+    target = out_dir / f"{name}-{version}-py3-none-any.whl"
+    if target.exists():
+        return target
+    platforms = [arg for p in X86_64_PLATFORMS for arg in ("--platform", p)]
+    with tempfile.TemporaryDirectory(prefix="sglang-x86-wheel-") as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+             "--only-binary=:all:", *platforms, "--python-version", "3.13",
+             "--implementation", "cp", "-d", tmp, spec],
+            check=True,
+        )  # fmt: skip
+        (src,) = Path(tmp).glob("*.whl")
+        dropped = _strip_wheel(src, target)
+    _log(f"wrote {target.name} ({target.stat().st_size >> 20} MB), without {', '.join(dropped)}")
+    return target
+
+
+def _strip_wheel(src: Path, target: Path) -> list[str]:
+    dropped: list[str] = []
+    tmp = target.with_suffix(".tmp")
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            if info.filename.endswith(".so"):
+                dropped.append(info.filename)
+                continue
+            data = zin.read(info)
+            if info.filename.endswith(".dist-info/WHEEL"):
+                lines = [
+                    ln
+                    for ln in data.decode().splitlines()
+                    if not ln.startswith(("Tag:", "Root-Is-Purelib:"))
+                ]
+                lines += ["Root-Is-Purelib: true", "Tag: py3-none-any"]
+                data = ("\n".join(lines) + "\n").encode()
+            elif info.filename.endswith(".dist-info/RECORD"):
+                continue  # written last, from what was kept
+            zout.writestr(info, data)
+        record = next(n for n in zin.namelist() if n.endswith(".dist-info/RECORD"))
+        rows = io.StringIO()
+        writer = csv.writer(rows, lineterminator="\n")  # quotes the names with commas
+        for info in zout.infolist():
+            digest = hashlib.sha256(zout.read(info.filename)).digest()
+            b64 = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+            writer.writerow([info.filename, f"sha256={b64}", info.file_size])
+        writer.writerow([record, "", ""])
+        zout.writestr(record, rows.getvalue())
+    tmp.replace(target)
+    return [Path(n).name for n in dropped]
+
+
+def requirement_lines(path: Path) -> list[str]:
+    """The requirement specifiers of a requirements file (comments and blanks dropped)."""
+    lines = (ln.split("#", 1)[0].strip() for ln in path.read_text().splitlines())
+    return [ln for ln in lines if ln]
+
+
+def download_riscv64_wheels(out_dir: Path) -> Path:
+    """Downloads requirements/riscv64-pip.txt for riscv64 / CPython 3.13 into out_dir."""
+    target = out_dir.resolve() / "riscv64-sglang-wheels"
+    target.mkdir(parents=True, exist_ok=True)
+    platforms = [arg for p in RISCV64_PLATFORMS for arg in ("--platform", p)]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+         "--only-binary=:all:", *platforms, "--python-version", "3.13",
+         "--implementation", "cp", "-d", str(target),
+         "-r", str(REQUIREMENTS / "riscv64-pip.txt")],
+        check=True,
+    )  # fmt: skip
+    return target
+
+
+# ----------------------------------------------------------------------------- emulation
+def _guest_python_wrapper(path: Path, qemu: Sequence[str], python: Path) -> None:
+    path.write_text(f'#!/bin/sh\nexec {shlex.join([*qemu, str(python)])} "$@"\n')
+    path.chmod(0o755)
+
+
+def install_venv(venv: Path, qemu: Sequence[str], wheels: Sequence[Path], finds: Path) -> Path:
+    """Makes a venv of the root's Python with the given wheels (no index: ``finds``); returns
+    the host wrapper script that runs its python under QEMU."""
+    import rvvtools
+
+    root = rvvtools.riscv_sglang_root()
+    env = rvvtools.guest_env()
+    subprocess.run(
+        [*qemu, str(root / "usr/bin/python3"), "-m", "venv", "--system-site-packages",
+         "--without-pip", str(venv)],
+        env=env, check=True,
+    )  # fmt: skip
+    python = [*qemu, str(venv / "bin" / "python3")]
+    start = time.monotonic()
+    reqs = requirement_lines(REQUIREMENTS / "riscv64-pip.txt")
+    # --no-compile: byte-compiling SGLang and transformers under emulation takes many minutes;
+    # the modules used are compiled on first import instead.
+    subprocess.run(
+        [*python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-cache-dir",
+         "--no-compile", "--find-links", str(finds), *reqs, *map(str, wheels)],
+        env=env, check=True,
+    )  # fmt: skip
+    _log(f"installed {len(reqs)} requirements + {len(wheels)} wheels in "
+         f"{time.monotonic() - start:.0f} s")  # fmt: skip
+    wrapper = venv.parent / "python-riscv64"
+    _guest_python_wrapper(wrapper, qemu, venv / "bin" / "python3")
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "zz_emulated_executable.pth").write_text(
+        "import os, sys; sys.executable = os.environ.get('RVV_GUEST_PYTHON', sys.executable)\n"
+    )
+    return wrapper
+
+
+def check(report: dict[str, object], new_tokens: int) -> list[str]:
+    """What is wrong with the guest's report (empty: the proof holds)."""
+    problems: list[str] = []
+    engines = {e["backend"]: e for e in report["engines"]}  # type: ignore[attr-defined]
+    rvv, ref = engines.get("rvv"), engines.get("torch_native")
+    if rvv is None or ref is None:
+        return [f"expected engines rvv and torch_native, got {sorted(engines)}"]
+    for r, t in zip(rvv["results"], ref["results"], strict=True):
+        if len(r["output_ids"]) < new_tokens:
+            problems.append(f"rvv produced {len(r['output_ids'])} tokens for {r['prompt']!r}")
+        if r["output_ids"] != t["output_ids"]:
+            problems.append(
+                f"{r['prompt']!r}: rvv {r['output_ids']} != torch_native {t['output_ids']}"
+            )
+    ops = rvv["ops"]
+    for op in ("extend", "decode"):
+        if not ops.get(f"attention {op}:kernel"):
+            problems.append(f"no RVV {op} attention kernel call recorded: {ops}")
+        if ops.get(f"attention {op}:fallback"):
+            problems.append(f"{op} attention fell back to torch: {ops}")
+    return problems
+
+
+def run(args: argparse.Namespace) -> int:
+    sys.path.insert(0, str(REPO / "tools"))
+    import ops_riscv
+    import rvvtools
+
+    t0 = time.monotonic()
+    rvvtools.provision(["toolchain", "sglang-root"])
+    out: Path = args.out.resolve()
+    wheels = [
+        ops_riscv.build_wheel(out),
+        ops_riscv.build_kernels_wheel(out),
+        ops_riscv.build_attention_wheel(out),
+        ops_riscv._pip_wheel(SGLANG_RVV, out, dict(os.environ), "sglang_rvv-*.whl"),
+        sglang_wheel(out),
+    ]
+    finds = download_riscv64_wheels(out)
+    _log(f"wheels ready ({time.monotonic() - t0:.0f} s): {', '.join(w.name for w in wheels)}")
+    demo = _demo_model()
+    root = rvvtools.riscv_sglang_root()
+    qemu = rvvtools.qemu_cmd(args.vlen, True, sysroot=root)
+    report_path = REPO / "build" / "riscv-sglang.json"
+    report_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="riscv-sglang-") as tmp:
+        wrapper = install_venv(Path(tmp) / "venv", qemu, wheels, finds)
+        env = {
+            **rvvtools.guest_env(),
+            "RVV_GUEST_PYTHON": str(wrapper),
+            "TORCHINDUCTOR_COMPILE_THREADS": "1",
+            "SGLANG_RVV_EXPECT_VLEN": str(args.vlen),
+        }
+        cmd = [str(wrapper), str(GUEST_SCRIPT), "--model", str(demo), "--backend", "rvv",
+               "--backend", "torch_native", "--max-new-tokens", str(args.max_new_tokens),
+               "--out", str(report_path)]  # fmt: skip
+        _log(f"+ {shlex.join(cmd)}")
+        code = subprocess.run(cmd, env=env, timeout=args.timeout, check=False).returncode
+    if code != 0:
+        _log(f"FAILED: the guest exited with {code}")
+        return 1
+    report = json.loads(report_path.read_text())
+    report["vlen"] = args.vlen
+    report["host_wall_s"] = round(time.monotonic() - t0, 1)
+    report_path.write_text(json.dumps(report, indent=1))
+    for e in report["engines"]:
+        _log(f"{e['backend']}: start-up {e['startup_s']} s, generation {e['generate_s']} s, "
+             f"ops {e['ops']}")  # fmt: skip
+        for r in e["results"]:
+            _log(f"  {r['prompt']!r} -> {r['text']!r} {r['output_ids']}")
+    _log(f"shims active in the guest: {json.dumps(report['shims'])}")
+    problems = check(report, args.max_new_tokens)
+    for p in problems:
+        _log(f"FAILED: {p}")
+    _log(f"{'FAILED' if problems else 'passed'} in {time.monotonic() - t0:.0f} s; {report_path}")
+    return 1 if problems else 0
+
+
+def _demo_model() -> Path:
+    """The demo model, built on the host (transformers is needed only to build it)."""
+    code = "from sglang_rvv import demo; print(demo.ensure('qwen2'))"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"building the demo model failed:\n{res.stderr[-2000:]}")
+    return Path(res.stdout.strip().splitlines()[-1])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("sglang-wheel", help="SGLang's pure-Python wheel into --out")
+    w.add_argument("--out", type=Path, default=REPO / "dist")
+    d = sub.add_parser("wheels", help="sglang-wheel + riscv64-pip.txt's wheels into --out")
+    d.add_argument("--out", type=Path, default=REPO / "dist")
+    r = sub.add_parser("run", help="the Engine proof under QEMU")
+    r.add_argument("--out", type=Path, default=REPO / "dist", help="wheel directory (dist/)")
+    r.add_argument("--vlen", type=int, default=256)
+    r.add_argument("--max-new-tokens", type=int, default=16)
+    r.add_argument("--timeout", type=float, default=3600, help="seconds for the guest run")
+    a = p.parse_args(argv)
+    if a.command == "sglang-wheel":
+        print(sglang_wheel(a.out))
+        return 0
+    if a.command == "wheels":
+        print(sglang_wheel(a.out))
+        print(download_riscv64_wheels(a.out))
+        return 0
+    return run(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
