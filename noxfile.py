@@ -22,6 +22,7 @@ nox.options.sessions = [
     "attention-tests",
     "sglang-tests",
     "riscv-tests",
+    "bench-smoke",
     "lint",
 ]
 nox.options.reuse_existing_virtualenvs = True
@@ -173,6 +174,16 @@ def bench_e2e_riscv(session: nox.Session) -> None:
     """
     session.install("hatchling", "build")
     session.run("python", "tools/bench_e2e_riscv.py", *session.posargs)
+
+
+@nox.session(name="bench-smoke")
+def bench_smoke(session: nox.Session) -> None:
+    """The --quick variants of bench-kernels and bench-e2e-riscv (bench-x86's runs in
+    sglang-tests): harness smoke checks for CI, not performance tests. They write
+    build/bench/*_quick.json, which bench-report does not read."""
+    session.install("hatchling", "build")
+    session.run("python", "tools/bench_kernels.py", "--quick")
+    session.run("python", "tools/bench_e2e_riscv.py", "--quick")
 
 
 # Newest matplotlib at the time.

@@ -133,20 +133,13 @@ def make_venv(venv: Path, wheels: list[Path]) -> Path:
     python3. Created under QEMU 10 (faster, no plugin); the same files run under QEMU 7.2."""
     root = rvvtools.riscv_root()
     qemu = rvvtools.qemu_cmd(256, sysroot=root)
-    env = rvvtools.guest_env()
-    # --without-pip: ensurepip would exec the venv's python, which qemu-user cannot.
+    python_cmd = rvvtools.make_guest_venv(venv, qemu, root)
     subprocess.run(
-        [*qemu, str(root / "usr/bin/python3"), "-m", "venv", "--system-site-packages",
-         "--without-pip", str(venv)],
-        env=env, check=True,
-    )  # fmt: skip
-    python = venv / "bin" / "python3"
-    subprocess.run(
-        [*qemu, str(python), "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+        [*python_cmd, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
          "--no-cache-dir", *map(str, wheels)],
-        env=env, check=True,
+        env=rvvtools.guest_env(), check=True,
     )  # fmt: skip
-    return python
+    return venv / "bin" / "python3"
 
 
 def run_guest(

@@ -73,9 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vlen", type=int, action="append", help="VLENs (default 128 256 512)")
     parser.add_argument("--case", action="append", help="cases to run (default: all)")
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "build" / "bench" / "kernels.json", help="JSON output"
+        "--out",
+        type=Path,
+        help="JSON output (build/bench/kernels.json; --quick: build/bench/kernels_quick.json)",
     )
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = (
+            ROOT / "build" / "bench" / ("kernels_quick.json" if args.quick else "kernels.json")
+        )
     vlens = tuple(args.vlen or ((256,) if args.quick else DEFAULT_VLENS))
 
     rvvtools.provision(["toolchain", "qemu7", "plugin"])

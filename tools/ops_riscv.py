@@ -130,14 +130,7 @@ def run_tests(
     qemu = rvvtools.qemu_cmd(vlen, zvfh, sysroot=root)
     env = rvvtools.guest_env()
     with tempfile.TemporaryDirectory(prefix="rvv-ops-venv-") as tmp:
-        venv = Path(tmp) / "venv"
-        python = [*qemu, str(venv / "bin" / "python3")]
-        # --without-pip: ensurepip would exec the venv's python, which qemu-user cannot.
-        subprocess.run(
-            [*qemu, str(root / "usr/bin/python3"), "-m", "venv", "--system-site-packages",
-             "--without-pip", str(venv)],
-            env=env, check=True,
-        )  # fmt: skip
+        python = rvvtools.make_guest_venv(Path(tmp) / "venv", qemu, root)
         subprocess.run(
             [*python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
              "--no-cache-dir", str(wheel), *map(str, extra_wheels)],
@@ -201,13 +194,7 @@ def run_attention_tests(
     qemu = rvvtools.qemu_cmd(vlen, zvfh, sysroot=root)
     env = rvvtools.guest_env()
     with tempfile.TemporaryDirectory(prefix="rvv-attention-venv-") as tmp:
-        venv = Path(tmp) / "venv"
-        python = [*qemu, str(venv / "bin" / "python3")]
-        subprocess.run(
-            [*qemu, str(root / "usr/bin/python3"), "-m", "venv", "--system-site-packages",
-             "--without-pip", str(venv)],
-            env=env, check=True,
-        )  # fmt: skip
+        python = rvvtools.make_guest_venv(Path(tmp) / "venv", qemu, root)
         pip = [*python, "-m", "pip", "install", "--quiet", "--no-index", "--no-cache-dir"]
         subprocess.run([*pip, "--no-deps", *map(str, wheels)], env=env, check=True)
         if transformers_dir is not None:

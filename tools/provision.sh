@@ -471,11 +471,17 @@ assemble_root() {
 
 ensure_root() { assemble_root root "$ROOT" "${ROOT_PKGS[@]}"; }
 
+# Emulation only: python3-soundfile finds libsndfile with ctypes' find_library, which runs
+# /sbin/ldconfig - a riscv64 program the emulated Python cannot exec - and then dlopens
+# 'libsndfile.so', the symlink the -dev package ships. A board needs neither.
+SGLANG_ROOT_EMULATION_PKGS=(libsndfile1-dev)
+
 ensure_sglang-root() {
     [ -f "$SGLANG_DEBS_FILE" ] || die "missing $SGLANG_DEBS_FILE"
     local extra
     mapfile -t extra < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$SGLANG_DEBS_FILE")
-    assemble_root sglang-root "$SGLANG_ROOT" "${ROOT_PKGS[@]}" "${extra[@]}"
+    assemble_root sglang-root "$SGLANG_ROOT" "${ROOT_PKGS[@]}" "${extra[@]}" \
+        "${SGLANG_ROOT_EMULATION_PKGS[@]}"
 }
 
 # ----------------------------------------------------------------------------- main

@@ -30,6 +30,7 @@ venv's python under the same QEMU (SGLang starts its scheduler and detokenizer a
 from __future__ import annotations
 
 import argparse
+import ast
 import base64
 import csv
 import hashlib
@@ -44,6 +45,7 @@ import time
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 SGLANG_RVV = REPO / "packages" / "sglang-rvv"
@@ -153,14 +155,8 @@ def install_venv(venv: Path, qemu: Sequence[str], wheels: Sequence[Path], finds:
     the host wrapper script that runs its python under QEMU."""
     import rvvtools
 
-    root = rvvtools.riscv_sglang_root()
     env = rvvtools.guest_env()
-    subprocess.run(
-        [*qemu, str(root / "usr/bin/python3"), "-m", "venv", "--system-site-packages",
-         "--without-pip", str(venv)],
-        env=env, check=True,
-    )  # fmt: skip
-    python = [*qemu, str(venv / "bin" / "python3")]
+    python = rvvtools.make_guest_venv(venv, qemu, rvvtools.riscv_sglang_root())
     start = time.monotonic()
     reqs = requirement_lines(REQUIREMENTS / "riscv64-pip.txt")
     # --no-compile: byte-compiling SGLang and transformers under emulation takes many minutes;
@@ -181,10 +177,10 @@ def install_venv(venv: Path, qemu: Sequence[str], wheels: Sequence[Path], finds:
     return wrapper
 
 
-def check(report: dict[str, object], new_tokens: int) -> list[str]:
+def check(report: dict[str, Any], new_tokens: int) -> list[str]:
     """What is wrong with the guest's report (empty: the proof holds)."""
     problems: list[str] = []
-    engines = {e["backend"]: e for e in report["engines"]}  # type: ignore[attr-defined]
+    engines = {e["backend"]: e for e in report["engines"]}
     rvv, ref = engines.get("rvv"), engines.get("torch_native")
     if rvv is None or ref is None:
         return [f"expected engines rvv and torch_native, got {sorted(engines)}"]
@@ -239,10 +235,13 @@ def run(args: argparse.Namespace) -> int:
                "--out", str(report_path)]  # fmt: skip
         _log(f"+ {shlex.join(cmd)}")
         code = subprocess.run(cmd, env=env, timeout=args.timeout, check=False).returncode
-    if code != 0:
-        _log(f"FAILED: the guest exited with {code}")
-        return 1
+        if code != 0:
+            _log(f"FAILED: the guest exited with {code}")
+            return 1
+        server = _server_completion(wrapper, demo, env, args.timeout) if args.server else None
     report = json.loads(report_path.read_text())
+    if server is not None:
+        report["server"] = server
     report["vlen"] = args.vlen
     report["host_wall_s"] = round(time.monotonic() - t0, 1)
     report_path.write_text(json.dumps(report, indent=1))
@@ -253,10 +252,53 @@ def run(args: argparse.Namespace) -> int:
             _log(f"  {r['prompt']!r} -> {r['text']!r} {r['output_ids']}")
     _log(f"shims active in the guest: {json.dumps(report['shims'])}")
     problems = check(report, args.max_new_tokens)
+    if server is not None:
+        _log(f"launch_server: {server}")
+        problems += check_server(report)
     for p in problems:
         _log(f"FAILED: {p}")
     _log(f"{'FAILED' if problems else 'passed'} in {time.monotonic() - t0:.0f} s; {report_path}")
     return 1 if problems else 0
+
+
+def _server_completion(
+    wrapper: Path, model: Path, env: dict[str, str], timeout: float
+) -> dict[str, object]:
+    """``python -m sglang_rvv.serve --exit-when-ready`` in the guest: SGLang's launch_server
+    with --attention-backend rvv, /health, one completion of "The vector unit" (16 tokens,
+    temperature 0) over HTTP, stop."""
+    cmd = [str(wrapper), "-m", "sglang_rvv.serve", "--model-path", str(model),
+           "--exit-when-ready", "--port", "30111", "--ready-timeout", str(timeout)]  # fmt: skip
+    _log(f"+ {shlex.join(cmd)}")
+    start = time.monotonic()
+    res = subprocess.run(
+        cmd, env=env, capture_output=True, text=True, timeout=timeout + 300, check=False
+    )
+    lines = (res.stdout + res.stderr).splitlines()
+    found = [ln for ln in lines if ln.startswith("[serve] completion: ")]
+    completion = ast.literal_eval(found[-1].removeprefix("[serve] completion: ")) if found else None
+    if completion is None:
+        print("\n".join(ln for ln in lines[-60:] if "server_args=" not in ln), flush=True)
+    return {
+        "prompt": "The vector unit",
+        "completion": completion,
+        "exit_code": res.returncode,
+        "wall_s": round(time.monotonic() - start, 1),
+    }
+
+
+def check_server(report: dict[str, Any]) -> list[str]:
+    """The HTTP completion exists and continues the prompt as the rvv Engine did (a prefix
+    of it: the server stops at an end-of-sequence token, the Engine ran with ignore_eos)."""
+    server = report["server"]
+    completion = server["completion"]
+    if server["exit_code"] != 0 or not completion:
+        return [f"launch_server run failed: {server}"]
+    engine = report["engines"][0]["results"]
+    expected = next(r["text"] for r in engine if r["prompt"] == server["prompt"])
+    if not expected.startswith(completion):
+        return [f"HTTP completion {completion!r} is not a prefix of the Engine's {expected!r}"]
+    return []
 
 
 def _demo_model() -> Path:
@@ -280,6 +322,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--vlen", type=int, default=256)
     r.add_argument("--max-new-tokens", type=int, default=16)
     r.add_argument("--timeout", type=float, default=3600, help="seconds for the guest run")
+    r.add_argument(
+        "--no-server",
+        dest="server",
+        action="store_false",
+        help="skip the launch_server + HTTP completion after the Engine runs",
+    )
     a = p.parse_args(argv)
     if a.command == "sglang-wheel":
         print(sglang_wheel(a.out))

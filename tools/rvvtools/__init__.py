@@ -59,7 +59,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 __all__ = [
@@ -183,6 +183,19 @@ def qemu_cmd(
             raise ValueError("only QEMU 7.2 (qemu='7') loads TCG plugins")
         cmd += ["-plugin", f"{plugin()},outfile={plugin_out}"]
     return cmd
+
+
+def make_guest_venv(venv: Path, qemu: Sequence[str], root: Path) -> list[str]:
+    """Creates ``venv`` from ``root``'s Python 3.13 (``--system-site-packages``: torch, numpy
+    etc. come from the root) and returns the command prefix that runs its python3 under
+    ``qemu`` (a :func:`qemu_cmd` whose ``-L`` is ``root``). ``--without-pip``: ensurepip would
+    exec the venv's python, which qemu-user cannot; the root's pip installs into it."""
+    subprocess.run(
+        [*qemu, str(root / "usr/bin/python3"), "-m", "venv", "--system-site-packages",
+         "--without-pip", str(venv)],
+        env=guest_env(), check=True,
+    )  # fmt: skip
+    return [*qemu, str(venv / "bin" / "python3")]
 
 
 def guest_env(base: Mapping[str, str] | None = None, *, bytecode: bool = True) -> dict[str, str]:

@@ -42,7 +42,11 @@ def _python(code: str, env: dict[str, str], timeout: float = 300) -> str:
 
 def _sim_env(**extra: str) -> dict[str, str]:
     # SGLANG_USE_CPU_ENGINE unset: on riscv64 sglang-rvv sets it
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SGLANG_USE_CPU_ENGINE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "SGLANG_USE_CPU_ENGINE", "USE_LIBUV")
+    }
     env.update({riscv64.ENV: "1", "PYTHONPATH": str(SIM_PATH), **extra})
     return env
 
@@ -217,6 +221,7 @@ def test_engine_in_the_riscv64_simulation(tmp_path: Path) -> None:
     assert _harness().check(report, 16) == []
     assert {
         "SGLANG_USE_CPU_ENGINE=1",
+        "USE_LIBUV=0",
         "sglang is_cpu()",
         "triton stand-in",
         "tvm_ffi stand-in",

@@ -25,6 +25,10 @@ SGLang or torch is imported) when :func:`needed` is true: on a riscv64 CPU, or w
   (2.6 has no such argument and raises when there is no accelerator) and the dtypes
   ``torch.float8_e8m0fnu`` and ``torch.float4_e2m1fn_x2`` (placeholders that equal no real
   dtype; creating a tensor with one fails).
+- ``USE_LIBUV=0`` (unless set): Debian's torch 2.6 is built without libuv, while torch's
+  TCP rendezvous (SGLang's scheduler initialises torch.distributed even for one process)
+  asks for the libuv store by default and fails ("use_libuv was requested but PyTorch was
+  build without libuv support").
 
 The stand-ins are appended to the *end* of ``sys.meta_path``: an installed triton or tvm_ffi
 is always found first. The torch and SGLang patches check for the gap before filling it.
@@ -309,6 +313,9 @@ def install() -> None:
     if "SGLANG_USE_CPU_ENGINE" not in os.environ:
         os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
         ACTIVE["SGLANG_USE_CPU_ENGINE=1"] = "no GPU on riscv64: SGLang's CPU engine"
+    if "USE_LIBUV" not in os.environ:
+        os.environ["USE_LIBUV"] = "0"
+        ACTIVE["USE_LIBUV=0"] = "Debian's riscv64 torch has no libuv TCPStore"
     if not any(isinstance(f, StandInFinder) for f in sys.meta_path):
         sys.meta_path.append(StandInFinder())
     _bootstrap.after_import("torch", patch_torch)
