@@ -171,6 +171,33 @@ def test_torch_gaps_are_filled_only_where_missing() -> None:
     assert torch.accelerator.current_accelerator is before
 
 
+def test_symbolic_shapes_guards() -> None:
+    class DataDependent(Exception):
+        pass
+
+    class Unknown:
+        def __bool__(self) -> bool:
+            raise DataDependent("depends on data")
+
+    module = types.ModuleType("fake_symbolic_shapes")
+    module.GuardOnDataDependentSymNode = DataDependent  # type: ignore[attr-defined]
+    assert riscv64.patch_symbolic_shapes(module) == [
+        f"{riscv64.SYMBOLIC_SHAPES}.guard_or_false",
+        f"{riscv64.SYMBOLIC_SHAPES}.guard_or_true",
+    ]
+    g_false, g_true = module.guard_or_false, module.guard_or_true  # type: ignore[attr-defined]
+    assert (g_false(True), g_false(0), g_true(False), g_true(1)) == (True, False, False, True)
+    assert (g_false(Unknown()), g_true(Unknown())) == (False, True)
+    with pytest.raises(ZeroDivisionError):
+        g_false(_Raises())
+    assert riscv64.patch_symbolic_shapes(module) == []
+
+
+class _Raises:
+    def __bool__(self) -> bool:
+        raise ZeroDivisionError("not a data-dependent guard: propagates")
+
+
 def test_is_cpu_patch(monkeypatch: pytest.MonkeyPatch) -> None:
     module = types.ModuleType("fake_common")
     module.is_cpu = lambda: False  # type: ignore[attr-defined]
@@ -229,6 +256,8 @@ def test_engine_in_the_riscv64_simulation(tmp_path: Path) -> None:
         "torch.float8_e8m0fnu",
         "torch.float4_e2m1fn_x2",
         "torch.accelerator.current_accelerator",
+        "torch guard_or_false",
+        "torch guard_or_true",
     } <= set(report["shims"])
     rvv = report["engines"][0]
     print("riscv64 simulation:", [r["text"] for r in rvv["results"]], rvv["ops"])

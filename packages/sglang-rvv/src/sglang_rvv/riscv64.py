@@ -25,6 +25,10 @@ SGLang or torch is imported) when :func:`needed` is true: on a riscv64 CPU, or w
   (2.6 has no such argument and raises when there is no accelerator) and the dtypes
   ``torch.float8_e8m0fnu`` and ``torch.float4_e2m1fn_x2`` (placeholders that equal no real
   dtype; creating a tensor with one fails).
+- ``torch.fx.experimental.symbolic_shapes.guard_or_false`` / ``guard_or_true`` (torch 2.7):
+  imported by SGLang's element-wise kernels module, which its MoE models (and through them
+  the HTTP server's transcription endpoint) import. Same meaning: the boolean, or the
+  default when it depends on data the tracer does not have.
 - ``USE_LIBUV=0`` (unless set): Debian's torch 2.6 is built without libuv, while torch's
   TCP rendezvous (SGLang's scheduler initialises torch.distributed even for one process)
   asks for the libuv store by default and fails ("use_libuv was requested but PyTorch was
@@ -285,6 +289,37 @@ def _current_accelerator(torch: ModuleType, original: Callable[[], Any]) -> Call
     return current_accelerator
 
 
+SYMBOLIC_SHAPES = "torch.fx.experimental.symbolic_shapes"
+
+
+def patch_symbolic_shapes(module: ModuleType) -> list[str]:
+    """Adds torch 2.7's ``guard_or_false`` / ``guard_or_true`` where missing."""
+    data_dependent: type[BaseException] = getattr(
+        module, "GuardOnDataDependentSymNode", RuntimeError
+    )
+    patched: list[str] = []
+    for name, default in (("guard_or_false", False), ("guard_or_true", True)):
+        if hasattr(module, name):
+            continue
+
+        def guard_or(a: Any, _default: bool = default) -> bool:
+            try:
+                return bool(a)
+            except data_dependent:
+                return _default
+
+        guard_or.__name__ = guard_or.__qualname__ = name
+        guard_or.__doc__ = f"sglang-rvv: torch 2.7's {name} for torch 2.6"
+        setattr(module, name, guard_or)
+        patched.append(f"{SYMBOLIC_SHAPES}.{name}")
+        ACTIVE[f"torch {name}"] = f"missing from torch {_torch_version()}"
+    return patched
+
+
+def _torch_version() -> str:
+    return str(getattr(sys.modules.get("torch"), "__version__", "?"))
+
+
 # ----------------------------------------------------------------------------- SGLang
 IS_CPU_MODULE = "sglang.srt.utils.common"
 
@@ -319,4 +354,5 @@ def install() -> None:
     if not any(isinstance(f, StandInFinder) for f in sys.meta_path):
         sys.meta_path.append(StandInFinder())
     _bootstrap.after_import("torch", patch_torch)
+    _bootstrap.after_import(SYMBOLIC_SHAPES, patch_symbolic_shapes)
     _bootstrap.after_import(IS_CPU_MODULE, patch_is_cpu)

@@ -4,7 +4,8 @@ SGLANG_RVV_RISCV64=1 so that sglang-rvv's bootstrap installed its riscv64 shims)
 
 - triton, tvm_ffi and xgrammar are hidden (no riscv64 builds): imports of them reach only
   sglang-rvv's stand-in finder, or fail;
-- torch loses torch.float8_e8m0fnu / torch.float4_e2m1fn_x2, and its
+- torch loses torch.float8_e8m0fnu / torch.float4_e2m1fn_x2 and symbolic_shapes'
+  guard_or_false / guard_or_true, and its
   torch.accelerator.current_accelerator() takes no argument and raises without an
   accelerator, as in torch 2.6 - before sglang-rvv's torch patch runs;
 - SGLang's ``sglang.srt.utils.common`` sees ``platform.machine() == "riscv64"``.
@@ -59,10 +60,17 @@ def _torch_26(torch: Any) -> None:
     torch.accelerator.current_accelerator = current_accelerator
 
 
+def _symbolic_shapes_26(module: Any) -> None:
+    for name in ("guard_or_false", "guard_or_true"):
+        if hasattr(module, name):
+            delattr(module, name)
+
+
 def _sglang_sees_riscv64(module: Any) -> None:
     module.platform = types.SimpleNamespace(machine=lambda: "riscv64")
 
 
 # before sglang-rvv's own patches of the same modules
 _bootstrap._AFTER_IMPORT.setdefault("torch", []).insert(0, _torch_26)
+_bootstrap._AFTER_IMPORT.setdefault(riscv64.SYMBOLIC_SHAPES, []).insert(0, _symbolic_shapes_26)
 _bootstrap._AFTER_IMPORT.setdefault(riscv64.IS_CPU_MODULE, []).insert(0, _sglang_sees_riscv64)
