@@ -70,7 +70,10 @@ log "2/5 venv $VENV (--system-site-packages)"
 PIP=("$VENV/bin/python" -m pip install --no-deps)
 
 log "3/5 PyPI packages (requirements/riscv64-pip.txt)"
-"${PIP[@]}" -r "$REQ/riscv64-pip.txt" hatchling
+"${PIP[@]}" -r "$REQ/riscv64-pip.txt"
+# rvv-ops is built without build isolation (against Debian's torch): its build backend
+# (hatchling, with its dependencies) must be in the venv.
+[ -n "$WHEELS" ] || "$VENV/bin/python" -m pip install hatchling
 
 log "4/5 SGLang 0.5.23 without its x86 extension modules"
 dist=$REPO/dist
