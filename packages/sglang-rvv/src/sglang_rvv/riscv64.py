@@ -224,9 +224,9 @@ class StandInFinder(importlib.abc.MetaPathFinder):
         path: Sequence[str] | None,
         target: ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname.split(".")[0] not in STAND_INS:
+        root = fullname.partition(".")[0]
+        if root not in STAND_INS:
             return None
-        root = fullname.split(".")[0]
         ACTIVE.setdefault(f"{root} stand-in", f"no {root} installed (no riscv64 build exists)")
         return importlib.machinery.ModuleSpec(fullname, self.LOADER, is_package=True)
 
