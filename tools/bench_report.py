@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 IMPL_LABEL = {
     "torch_native": "SGLang torch_native",
     "rvv_fallback": "rvv-attention fallback",
-    "rvv_kernel": "rvv-ops kernels (portable path)",
+    "rvv_kernel": "rvv-ops kernels",
 }
 
 
@@ -302,14 +302,15 @@ We have no RISC-V board. Every number here is a proxy:
   memory-bound step such as decode attention, a board's speed-up can be far below the
   instruction ratio. The DLEN-128 cycle estimate of section 2 is a model stated there,
   not a measurement.
-- **The x86 side by side** (section 3) runs the rvv-ops kernels' *portable* C++ path, not
-  the RVV code, against torch's x86 kernels (oneDNN, AVX-512, AMX on this CPU). It shows
+- **The x86 side by side** (section 3) runs the rvv-ops kernels' x86 variant (the same
+  kernel sources on the AVX-512 vector layer; fp32 arithmetic, no AMX), not the RVV code,
+  against torch's x86 kernels (oneDNN, AVX-512, and AMX bf16 matrix units on this CPU). It shows
   that all three implementations agree on the same SGLang batches, and how much of
   torch_native's cost is structural (a Python loop over requests, a gathered copy of every
   request's K/V, and in extend an attention over all `context` positions of which only the
   new ones are kept). It says nothing direct about a board: there torch has no RVV
   vectorisation at all (PyTorch's ATen has no RVV path), so torch_native is relatively
-  slower, while the kernels run their RVV variant instead of the portable one. Whether the
+  slower, while the kernels run their RVV variant instead of the AVX-512 one. Whether the
   ratios grow or shrink on a board can only be measured on one.
 - A board result also depends on its memory system, thread count and clock, none of
   which these proxies contain.

@@ -65,7 +65,7 @@ std::string build_info() {
     << ", \"variant_error\": " << json_string(rvvk::variant_error())
     << ", \"cpu\": {\"has_v\": " << json_bool(cpu.has_v) << ", \"vlen\": " << cpu.vlen_bits
     << ", \"zvfh\": " << json_bool(cpu.zvfh) << ", \"zvfhmin\": " << json_bool(cpu.zvfhmin)
-    << ", \"zvfbfmin\": " << json_bool(cpu.zvfbfmin)
+    << ", \"zvfbfmin\": " << json_bool(cpu.zvfbfmin) << ", \"avx512\": " << json_bool(cpu.avx512)
     << ", \"source\": " << json_string(cpu.source) << "}}";
   return s.str();
 }

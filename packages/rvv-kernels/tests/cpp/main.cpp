@@ -31,9 +31,10 @@ int main(int argc, char** argv) {
   using namespace rvvk_test;
   const char* filter = argc > 1 ? argv[1] : "";
   const rvvk::CpuInfo cpu = rvvk::cpu_info();
-  std::printf("compiled variants: %s; default: %s; cpu: v=%d vlen=%u zvfh=%d zvfhmin=%d (%s)\n",
-              rvvk::compiled_variants(), rvvk::active_variant(), cpu.has_v, cpu.vlen_bits,
-              cpu.zvfh, cpu.zvfhmin, cpu.source);
+  std::printf(
+      "compiled variants: %s; default: %s; cpu: v=%d vlen=%u zvfh=%d zvfhmin=%d avx512=%d (%s)\n",
+      rvvk::compiled_variants(), rvvk::active_variant(), cpu.has_v, cpu.vlen_bits, cpu.zvfh,
+      cpu.zvfhmin, cpu.avx512, cpu.source);
   if (*rvvk::variant_error()) {
     std::printf("FAIL: %s\n", rvvk::variant_error());
     return 1;
@@ -53,7 +54,11 @@ int main(int argc, char** argv) {
     }
     for (auto& [name, fn] : registry()) {
       if (!std::strstr(name.c_str(), filter)) continue;
-      Context ctx{variant, variant == "portable" ? 256u : cpu.vlen_bits};
+      // The vector length the variant works with: the CPU's for RVV, fixed otherwise.
+      const unsigned vlen = variant == "portable"     ? 256u
+                            : variant == "x86_avx512" ? 512u
+                                                      : cpu.vlen_bits;
+      Context ctx{variant, vlen};
       fn(ctx);
       if (ctx.failures == 0) {
         ++passed;
@@ -71,6 +76,9 @@ int main(int argc, char** argv) {
   } else {
     std::printf("riscv64 no-V: %d passed, %d failed\n", passed, failed);
   }
+#elif defined(__x86_64__)
+  std::printf("native x86-64 (avx512=%s): %d passed, %d failed\n", cpu.avx512 ? "on" : "off",
+              passed, failed);
 #else
   std::printf("native: %d passed, %d failed\n", passed, failed);
 #endif

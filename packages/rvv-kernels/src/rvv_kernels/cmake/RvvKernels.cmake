@@ -3,13 +3,15 @@
 # build) through find_package(rvv_kernels) or include().
 #
 # Defines the static library target `rvv_kernels` (alias rvv_kernels::rvv_kernels):
-# each kernel source is compiled once per variant - `portable` always, and when
-# the target is riscv64 also `rvv` (-march=rv64gcv) and `rvv_zvfh` (+Zvfh) -
-# and the library picks the best variant for the running CPU at run time.
+# each kernel source is compiled once per variant - `portable` always, when the
+# target is riscv64 also `rvv` (-march=rv64gcv) and `rvv_zvfh` (+Zvfh), when it
+# is x86-64 also `x86_avx512` (the vector layer on AVX-512 intrinsics) - and the
+# library picks the best variant for the running CPU at run time.
 #
 # Options:
 #   RVVK_ENABLE_RVV   (ON)  compile the RVV variants when targeting riscv64
 #   RVVK_ENABLE_ZVFH  (ON)  also compile the Zvfh variant if the compiler can
+#   RVVK_ENABLE_X86   (ON)  compile the x86_avx512 variant when targeting x86-64
 #   RVVK_PORTABLE_FLAGS     extra flags for the portable variant
 #
 # Function: rvvk_add_variant_objects(<prefix> <sources...>) compiles extra
@@ -23,6 +25,7 @@ file(GLOB RVVK_KERNEL_SOURCES CONFIGURE_DEPENDS "${RVVK_SOURCE_DIR}/kernels/*.cp
 
 option(RVVK_ENABLE_RVV "Compile the RVV variants when targeting riscv64" ON)
 option(RVVK_ENABLE_ZVFH "Compile the RVV+Zvfh variant when the compiler supports it" ON)
+option(RVVK_ENABLE_X86 "Compile the x86_avx512 variant when targeting x86-64" ON)
 
 set(RVVK_VARIANTS portable)
 set(RVVK_FLAGS_portable ${RVVK_PORTABLE_FLAGS})
@@ -72,6 +75,28 @@ int main() { _Float16 h[2] = {1, 2}; float f[2]; size_t vl = __riscv_vsetvl_e16m
         message(WARNING "rvv-kernels: the compiler cannot build Zvfh code; no rvv_zvfh variant")
       endif()
     endif()
+  endif()
+endif()
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND RVVK_ENABLE_X86)
+  set(_rvvk_avx512_flags -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c)
+  set(_rvvk_probe_avx512 "
+#include <immintrin.h>
+int main() { float x[16] = {1}; __m512 v = _mm512_maskz_loadu_ps(0x3, x);
+  __m256i h = _mm256_maskz_loadu_epi16(0x3, x); __m128i b = _mm_maskz_loadu_epi8(0x3, x);
+  return (int)_mm512_reduce_add_ps(_mm512_add_ps(v, _mm512_cvtph_ps(h)))
+         + _mm_extract_epi8(b, 0); }")
+  string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${_rvvk_avx512_flags}")
+  check_cxx_source_compiles("${_rvvk_probe_avx512}" RVVK_COMPILER_HAS_AVX512)
+  unset(CMAKE_REQUIRED_FLAGS)
+  if(RVVK_COMPILER_HAS_AVX512)
+    list(APPEND RVVK_VARIANTS x86_avx512)
+    # No contraction of separate multiplies and adds into FMAs (GCC fuses even the
+    # intrinsics' vector arithmetic by default): the kernels fuse where they say fmacc,
+    # as the RVV intrinsics do, so both vector variants round alike.
+    set(RVVK_FLAGS_x86_avx512 ${_rvvk_avx512_flags} -ffp-contract=off -DRVVK_VEC_AVX512=1)
+  else()
+    message(WARNING "rvv-kernels: ${CMAKE_CXX_COMPILER} cannot compile AVX-512 intrinsics; "
+                    "no x86_avx512 variant")
   endif()
 endif()
 message(STATUS "rvv-kernels variants: ${RVVK_VARIANTS}")

@@ -46,13 +46,27 @@ void mul_rows(float* s, const float* f, std::int64_t n) {
   }
 }
 
-// scores[g * kBlock + j] = qf[g] . k_j for heads g0 <= g < g0 + NG.
+// Rows to prefetch: n K rows of k_bytes and V rows of v_bytes.
+template <class TKV>
+struct Prefetch {
+  std::int64_t k_bytes, v_bytes;
+  const TKV* const* k = nullptr;
+  const TKV* const* v = nullptr;
+  std::int64_t n = 0;
+};
+
+// scores[g * kBlock + j] = qf[g] . k_j for heads g0 <= g < g0 + NG; prefetches
+// pf's rows along the way (key j: pf's row j), when pf is given.
 template <int NG, class TK>
 void qk_heads(const float* qf, std::int64_t dim, const TK* const* krows, std::int64_t nb,
-              float* scores, std::int64_t g0) {
+              float* scores, std::int64_t g0, const Prefetch<TK>* pf) {
   const std::size_t vlmax = F::vlmax();
   const float* q0 = qf + g0 * dim;
   for (std::int64_t j = 0; j < nb; ++j) {
+    if (pf && j < pf->n) {
+      detail::prefetch(pf->k[j], pf->k_bytes);
+      detail::prefetch(pf->v[j], pf->v_bytes);
+    }
     const TK* k = krows[j];
     F::V a0 = F::splat(0.0f, vlmax), a1 = a0, a2 = a0, a3 = a0;
     for (std::int64_t i = 0; i < dim;) {
@@ -198,19 +212,45 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
   const TKV* krows[kBlock];
   const TKV* vrows[kBlock];
   float kscale[kBlock], vscale[kBlock];
-  for (std::int64_t t0 = lo; t0 < hi; t0 += kBlock) {
-    const std::int64_t nb = std::min(kBlock, hi - t0);
-    for (std::int64_t j = 0; j < nb; ++j) {
-      const std::int64_t row = cache_row(c, req, t0 + j);
-      krows[j] = at<TKV>(c.k, row * c.k_stride_t + kvh * c.k_stride_h);
-      vrows[j] = at<TKV>(c.v, row * c.v_stride_t + kvh * c.v_stride_h);
+  // Row pointers of the current block and of the next one; the first pass over
+  // the current block's keys prefetches the next block's rows, one key per key.
+  const TKV* next_k[kBlock];
+  const TKV* next_v[kBlock];
+  auto rows_of = [&](std::int64_t p0, std::int64_t n, const TKV** kr, const TKV** vr) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::int64_t row = cache_row(c, req, p0 + j);
+      kr[j] = at<TKV>(c.k, row * c.k_stride_t + kvh * c.k_stride_h);
+      vr[j] = at<TKV>(c.v, row * c.v_stride_t + kvh * c.v_stride_h);
       if constexpr (kPerToken) {
         kscale[j] = c.k_scales[row * c.scales_stride + kvh];
         vscale[j] = c.v_scales[row * c.scales_stride + kvh];
       }
     }
+  };
+  const Prefetch<TKV> pf_rows{dim * static_cast<std::int64_t>(sizeof(TKV)),
+                         dim_v * static_cast<std::int64_t>(sizeof(TKV))};
+  for (std::int64_t t0 = lo; t0 < hi; t0 += kBlock) {
+    const std::int64_t nb = std::min(kBlock, hi - t0);
+    rows_of(t0, nb, krows, vrows);
+    const std::int64_t n_next = std::clamp<std::int64_t>(hi - t0 - kBlock, 0, kBlock);
+    for (std::int64_t j = 0; j < n_next; ++j) {
+      const std::int64_t row = cache_row(c, req, t0 + kBlock + j);
+      next_k[j] = at<TKV>(c.k, row * c.k_stride_t + kvh * c.k_stride_h);
+      next_v[j] = at<TKV>(c.v, row * c.v_stride_t + kvh * c.v_stride_h);
+    }
+    if (t0 == lo) {  // nothing prefetched the first block
+      for (std::int64_t j = 0; j < nb; ++j) {
+        detail::prefetch(krows[j], pf_rows.k_bytes);
+        detail::prefetch(vrows[j], pf_rows.v_bytes);
+      }
+    }
+    Prefetch<TKV> pf = pf_rows;
+    pf.k = next_k;
+    pf.v = next_v;
+    pf.n = n_next;
     for_head_groups(group, [&](auto ng, std::int64_t g0) {
-      qk_heads<decltype(ng)::value>(sc.q.data(), dim, krows, nb, sc.scores.data(), g0);
+      qk_heads<decltype(ng)::value>(sc.q.data(), dim, krows, nb, sc.scores.data(), g0,
+                                    g0 == 0 ? &pf : nullptr);
     });
     for (std::int64_t g = 0; g < group; ++g) {
       float* s = sc.scores.data() + g * kBlock;

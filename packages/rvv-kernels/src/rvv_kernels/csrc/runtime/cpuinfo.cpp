@@ -1,5 +1,5 @@
 // Run-time detection of the CPU's vector features. Compiled without V so that
-// it runs (and answers "no") on any riscv64 CPU.
+// it runs (and answers "no") on any riscv64 CPU, and without AVX-512 on x86-64.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -84,6 +84,18 @@ CpuInfo detect() {
   }
   info.zvfbfmin = isa_has(isa, "zvfbfmin");
   if (!info.has_v) info.zvfh = info.zvfhmin = info.zvfbfmin = false;
+  return info;
+}
+
+#elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+CpuInfo detect() {
+  CpuInfo info;
+  info.source = "cpuid";
+  __builtin_cpu_init();
+  // The compiler's runtime also checks (XGETBV) that the OS saves the AVX-512 state.
+  info.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   return info;
 }
 

@@ -218,7 +218,9 @@ struct CpuInfo {
   bool zvfh = false;         // fp16 vector arithmetic
   bool zvfhmin = false;      // fp16 vector conversions
   bool zvfbfmin = false;     // bf16 vector conversions
-  const char* source = "";   // where the extension bits came from: "hwprobe", "cpuinfo", "none"
+  bool avx512 = false;       // x86-64: AVX-512 F, BW, VL and DQ usable (CPU and OS)
+  const char* source = "";   // where the extension bits came from: "hwprobe", "cpuinfo",
+                             // "cpuid" (x86-64), "none"
 };
 CpuInfo cpu_info();
 

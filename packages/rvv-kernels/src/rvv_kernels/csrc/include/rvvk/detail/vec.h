@@ -2,9 +2,10 @@
 //
 // Kernels are written once against rvvk::vec::F32<LMUL> (and friends) and
 // compiled once per variant. On RISC-V with V the traits map to RVV 1.0
-// intrinsics (VLEN-agnostic: every loop is strip-mined with setvl); elsewhere,
-// and for the scalar "-march=rv64gc" build, they map to a portable emulation
-// of a vector unit in plain C++.
+// intrinsics (VLEN-agnostic: every loop is strip-mined with setvl); in the
+// x86_avx512 variant to AVX-512 intrinsics acting as a VLEN-512 unit
+// (vec_avx512.h); elsewhere, and for the scalar "-march=rv64gc" build, they map
+// to a portable emulation of a vector unit in plain C++.
 //
 // RVV types are sizeless, so the layer is a set of traits with static member
 // functions templated on LMUL, never a class holding a vector.
@@ -17,8 +18,8 @@
 //    fp32 lanes; rounding to bf16/f16 is round-to-nearest-even.
 //  - load_strided<T>/store_strided<T> do the same for elements `stride`
 //    elements apart (float, bf16, f16).
-//  - exp, tanh and erf are fp32 approximations on RVV (a few ulp; see
-//    vec_rvv.h) and the C library's functions in the portable layer.
+//  - exp, tanh and erf are fp32 approximations on RVV and AVX-512 (a few ulp;
+//    see vec_rvv.h) and the C library's functions in the portable layer.
 #pragma once
 
 #include "rvvk/detail/scalar.h"
@@ -26,7 +27,7 @@
 #define RVVK_CONCAT_(a, b) a##b
 #define RVVK_CONCAT(a, b) RVVK_CONCAT_(a, b)
 #ifndef RVVK_VARIANT
-#error "RVVK_VARIANT must name the variant being compiled (portable, rvv, rvv_zvfh)"
+#error "RVVK_VARIANT must name the variant being compiled (portable, rvv, rvv_zvfh, x86_avx512)"
 #endif
 // Namespace that holds this translation unit's variant of every kernel and of
 // the vector layer itself (the variants' inline functions must not merge at
@@ -35,6 +36,8 @@
 
 #if defined(__riscv_v_intrinsic)
 #include "rvvk/detail/vec_rvv.h"
+#elif defined(RVVK_VEC_AVX512)
+#include "rvvk/detail/vec_avx512.h"
 #else
 #include "rvvk/detail/vec_portable.h"
 #endif
