@@ -43,7 +43,9 @@
 namespace rvvk::RVVK_NS {
 namespace {
 
-using FM = vec::F32<8>;  // the two matrix products: longest vectors, 3 accumulators
+// The two matrix products: 3 accumulators of the longest vectors the ISA's
+// registers hold with the operand (LMUL 8 on RVV).
+using FM = vec::F32<vec::kMatrixLmul>;
 using FS = vec::F32<4>;  // tanh (more live registers)
 using FE = vec::F32<4>;  // exp
 using FD = vec::F32<4>;  // dot products along the head dimension (few query rows)
@@ -107,7 +109,7 @@ inline void qk_keys(const float* qt, std::int64_t nqr, std::int64_t dim, const f
   FM::V a0 = FM::mul(x, k0[0], vl), a1 = a0, a2 = a0;
   if constexpr (NK > 1) a1 = FM::mul(x, k1[0], vl);
   if constexpr (NK > 2) a2 = FM::mul(x, k2[0], vl);
-  auto step = [&](const float* qp, std::int64_t i) {
+  auto step = [&](const float* qp, std::int64_t i) RVVK_ALWAYS_INLINE {
     const FM::V y = FM::load(qp, vl);
     a0 = FM::fmacc(a0, k0[i], y, vl);
     if constexpr (NK > 1) a1 = FM::fmacc(a1, k1[i], y, vl);
@@ -166,7 +168,7 @@ inline void qk_keys_tiled(const float* qt, std::int64_t nqr, std::int64_t dim, c
         if constexpr (NK > 2) a2 = FM::load(s2 + c, vl);
       }
       const float* q = qt + d0 * nqr + c;
-      auto step = [&](int i) {
+      auto step = [&](int i) RVVK_ALWAYS_INLINE {
         const FM::V y = FM::load(q, vl);
         a0 = FM::fmacc(a0, x0[i], y, vl);
         if constexpr (NK > 1) a1 = FM::fmacc(a1, x1[i], y, vl);
@@ -290,7 +292,7 @@ inline void pv_rows(float* o, std::int64_t dim_v, const float* alpha, const floa
   FM::V a0 = FM::mul(FM::load(o0, vl), alpha[0], vl), a1 = a0, a2 = a0;
   if constexpr (NR > 1) a1 = FM::mul(FM::load(o1, vl), alpha[1], vl);
   if constexpr (NR > 2) a2 = FM::mul(FM::load(o2, vl), alpha[2], vl);
-  auto step = [&](const float* pp, const float* vp) {
+  auto step = [&](const float* pp, const float* vp) RVVK_ALWAYS_INLINE {
     const FM::V x = FM::load(vp, vl);
     a0 = FM::fmacc(a0, pp[0], x, vl);
     if constexpr (NR > 1) a1 = FM::fmacc(a1, pp[1], x, vl);

@@ -24,6 +24,10 @@
 
 #include "rvvk/detail/scalar.h"
 
+// For the unrolled steps of the kernels' inner loops (lambdas): an out-of-line
+// step passes its vectors through memory.
+#define RVVK_ALWAYS_INLINE __attribute__((always_inline))
+
 #define RVVK_CONCAT_(a, b) a##b
 #define RVVK_CONCAT(a, b) RVVK_CONCAT_(a, b)
 #ifndef RVVK_VARIANT

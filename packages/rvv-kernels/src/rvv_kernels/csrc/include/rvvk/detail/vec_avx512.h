@@ -30,33 +30,48 @@ inline constexpr std::size_t kAvx512VlenBits = 512;
 
 inline std::size_t vlen_bits() { return kAvx512VlenBits; }
 
+// LMUL of the extend kernel's matrix products (three accumulators and an operand
+// live at once): 4 here, since 3 x 8 + 8 zmm would leave no register for the
+// broadcast scalars and spill (RVV keeps those in scalar registers).
+inline constexpr int kMatrixLmul = 4;
+
 namespace avx512 {
 
 // Lanes [16 i, 16 i + 16) of a vector with active length vl, as a mask.
 inline __mmask16 lanes(std::size_t vl, int i) {
   const std::size_t lo = static_cast<std::size_t>(i) * 16;
-  if (vl >= lo + 16) return static_cast<__mmask16>(0xffff);
+  if (vl >= lo + 16) return static_cast<__mmask16>(0xffff);  // kAll
   if (vl <= lo) return 0;
   return static_cast<__mmask16>((1u << (vl - lo)) - 1u);
 }
 
 inline __m512 splat(float x) { return _mm512_set1_ps(x); }
 
+// Raw 16-, 8- and 32-bit element loads of the lanes in m (whole vectors unmasked:
+// with a constant mask the test folds away).
+constexpr __mmask16 kAll = static_cast<__mmask16>(0xffff);
+inline __m256i ld16(const void* p, __mmask16 m) {
+  return m == kAll ? _mm256_loadu_si256(static_cast<const __m256i*>(p))
+                   : _mm256_maskz_loadu_epi16(m, p);
+}
+inline __m128i ld8(const void* p, __mmask16 m) {
+  return m == kAll ? _mm_loadu_si128(static_cast<const __m128i*>(p)) : _mm_maskz_loadu_epi8(m, p);
+}
+
 // 16 elements (those in m) of each storage type -> fp32.
-inline __m512 ld(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 ld(const float* p, __mmask16 m) {
+  return m == kAll ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+}
 inline __m512 ld(const bf16* p, __mmask16 m) {
-  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ld16(p, m)), 16));
 }
-inline __m512 ld(const f16* p, __mmask16 m) {
-  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
-}
+inline __m512 ld(const f16* p, __mmask16 m) { return _mm512_cvtph_ps(ld16(p, m)); }
 inline __m512 ld(const std::int8_t* p, __mmask16 m) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld8(p, m)));
 }
 // fp8 e4m3 (fn) by integer arithmetic like the scalar code: scale by 2^120; 0x7f is NaN.
 inline __m512 ld(const fp8e4m3* p, __mmask16 m) {
-  const __m512i w = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p));
+  const __m512i w = _mm512_cvtepu8_epi32(ld8(p, m));
   const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x80)), 24);
   const __m512i em = _mm512_and_si512(w, _mm512_set1_epi32(0x7f));
   const __m512 scaled =
@@ -68,8 +83,7 @@ inline __m512 ld(const fp8e4m3* p, __mmask16 m) {
 }
 // fp8 e5m2 is the high byte of an fp16.
 inline __m512 ld(const fp8e5m2* p, __mmask16 m) {
-  const __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, p)), 8);
-  return _mm512_cvtph_ps(h);
+  return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(ld8(p, m)), 8));
 }
 
 // Round to nearest even; NaN -> 0x7fc0 (as scalar::to_bf16).
@@ -81,13 +95,24 @@ inline __m512i bf16_bits(__m512 v) {
   return _mm512_mask_mov_epi32(h, nan, _mm512_set1_epi32(0x7fc0));
 }
 
-inline void st(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
-inline void st(bf16* p, __m512 v, __mmask16 m) {
-  _mm512_mask_cvtepi32_storeu_epi16(p, m, bf16_bits(v));
+inline void st16(void* p, __m256i h, __mmask16 m) {
+  if (m == kAll) {
+    _mm256_storeu_si256(static_cast<__m256i*>(p), h);
+  } else {
+    _mm256_mask_storeu_epi16(p, m, h);
+  }
 }
+inline void st(float* p, __m512 v, __mmask16 m) {
+  if (m == kAll) {
+    _mm512_storeu_ps(p, v);
+  } else {
+    _mm512_mask_storeu_ps(p, m, v);
+  }
+}
+inline void st(bf16* p, __m512 v, __mmask16 m) { st16(p, _mm512_cvtepi32_epi16(bf16_bits(v)), m); }
 // Round to nearest even, overflow to inf, subnormals kept (F16C does all three).
 inline void st(f16* p, __m512 v, __mmask16 m) {
-  _mm256_mask_storeu_epi16(p, m, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  st16(p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), m);
 }
 
 // exp(x) as in vec_rvv.h: range reduction to [-ln2/2, ln2/2], degree-6 polynomial,
@@ -262,11 +287,19 @@ struct F32 {
   template <class T>
   static V load(const T* p, std::size_t vl) {
     V r;
+    if (vl == N) {  // whole vectors: no mask arithmetic
+      for (int i = 0; i < R; ++i) r.r[i] = avx512::ld(p + 16 * i, avx512::kAll);
+      return r;
+    }
     for (int i = 0; i < R; ++i) r.r[i] = avx512::ld(p + 16 * i, avx512::lanes(vl, i));
     return r;
   }
   template <class T>
   static void store(T* p, V v, std::size_t vl) {
+    if (vl == N) {
+      for (int i = 0; i < R; ++i) avx512::st(p + 16 * i, v.r[i], avx512::kAll);
+      return;
+    }
     for (int i = 0; i < R; ++i) {
       const __mmask16 m = avx512::lanes(vl, i);
       if (!m) break;

@@ -21,6 +21,9 @@ inline constexpr std::size_t kPortableVlenBits = 256;
 
 inline std::size_t vlen_bits() { return kPortableVlenBits; }
 
+// LMUL of the extend kernel's matrix products (as on RVV).
+inline constexpr int kMatrixLmul = 8;
+
 template <int LMUL>
 struct F32 {
   static constexpr std::size_t N = kPortableVlenBits / 32 * LMUL;

@@ -20,6 +20,10 @@ inline constexpr bool kHasZvfh = false;
 // VLEN in bits of the CPU running this code.
 inline std::size_t vlen_bits() { return __riscv_vsetvlmax_e8m1() * 8; }
 
+// LMUL of the extend kernel's matrix products: the longest vectors (three
+// accumulators and the operand fill the 32 registers; scalars live apart).
+inline constexpr int kMatrixLmul = 8;
+
 template <int LMUL>
 struct F32;
 
