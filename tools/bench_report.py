@@ -45,10 +45,15 @@ def _load(path: Path) -> Any:
 
 
 def _plain_log(plt: Any, axis: Any) -> None:
-    """Plain numbers (2, 5, 10, 0.5) instead of powers of ten on a log axis."""
-    fmt = plt.FuncFormatter(lambda v, _pos: f"{v:g}")
-    axis.set_major_formatter(fmt)
-    axis.set_minor_formatter(fmt)
+    """Plain numbers (2, 5, 10, 0.5) instead of powers of ten on a log axis; minor ticks
+    labelled only at 2 and 5 times a power of ten (every minor label crowds the axis)."""
+    axis.set_major_formatter(plt.FuncFormatter(lambda v, _pos: f"{v:g}"))
+
+    def minor(v: float, _pos: int) -> str:
+        lead = f"{v:.0e}"[0]
+        return f"{v:g}" if lead in "25" else ""
+
+    axis.set_minor_formatter(plt.FuncFormatter(minor))
 
 
 def _save(plt: Any, fig: Any, path: Path) -> None:
@@ -187,10 +192,12 @@ def x86_section(plt: Any, data: dict[str, Any] | None, img: Path) -> list[str]:
         ax.set_xticks([i + width * (len(impls) - 1) / 2 for i in range(len(keys))])
         ax.set_xticklabels([f"B{b}\nC{c}" for b, c in keys], fontsize=8)
         ax.set_yscale("log")
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo, hi * 2.5)  # headroom for the legend above the bars
         _plain_log(plt, ax.yaxis)
         ax.set_ylabel("speed-up over SGLang torch_native (log)")
         ax.set_title(f"{op}: torch_native median / median")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left")
     _save(plt, fig, img / "x86_speedup.png")
 
     decode = [r for r in records if r["op"] == "decode"]
@@ -312,6 +319,16 @@ We have no RISC-V board. Every number here is a proxy:
   vectorisation at all (PyTorch's ATen has no RVV path), so torch_native is relatively
   slower, while the kernels run their RVV variant instead of the AVX-512 one. Whether the
   ratios grow or shrink on a board can only be measured on one.
+- **Where the x86 kernels stand, and why.** Decode reads each request's K/V rows from
+  wherever the allocator put them (random rows here, as in a long-running server): 256-byte
+  pieces the hardware prefetchers cannot predict, so the kernel prefetches the next block's
+  rows itself and is then bound by how many cache misses a core keeps in flight, not by
+  streaming bandwidth (a copy streams). Extend is compute-bound: the kernels compute in fp32
+  with AVX-512 FMAs, while torch's SDPA hands bf16 blocks to oneDNN, which uses the CPU's AMX
+  matrix units - an order of magnitude more bf16 multiply-adds per cycle. Reaching the
+  extend target on x86 would take an AMX (or AVX512-BF16) variant of the matrix products;
+  none of that carries over to RISC-V, where the matrix products are the RVV code measured
+  in sections 1 and 2.
 - A board result also depends on its memory system, thread count and clock, none of
   which these proxies contain.
 """

@@ -63,7 +63,7 @@ void qk_heads(const float* qf, std::int64_t dim, const TK* const* krows, std::in
   const std::size_t vlmax = F::vlmax();
   const float* q0 = qf + g0 * dim;
   for (std::int64_t j = 0; j < nb; ++j) {
-    if (pf && j < pf->n) {
+    if (detail::kCanPrefetch && pf && j < pf->n) {
       detail::prefetch(pf->k[j], pf->k_bytes);
       detail::prefetch(pf->v[j], pf->v_bytes);
     }
@@ -228,17 +228,18 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
     }
   };
   const Prefetch<TKV> pf_rows{dim * static_cast<std::int64_t>(sizeof(TKV)),
-                         dim_v * static_cast<std::int64_t>(sizeof(TKV))};
+                              dim_v * static_cast<std::int64_t>(sizeof(TKV))};
   for (std::int64_t t0 = lo; t0 < hi; t0 += kBlock) {
     const std::int64_t nb = std::min(kBlock, hi - t0);
     rows_of(t0, nb, krows, vrows);
-    const std::int64_t n_next = std::clamp<std::int64_t>(hi - t0 - kBlock, 0, kBlock);
+    const std::int64_t n_next =
+        detail::kCanPrefetch ? std::clamp<std::int64_t>(hi - t0 - kBlock, 0, kBlock) : 0;
     for (std::int64_t j = 0; j < n_next; ++j) {
       const std::int64_t row = cache_row(c, req, t0 + kBlock + j);
       next_k[j] = at<TKV>(c.k, row * c.k_stride_t + kvh * c.k_stride_h);
       next_v[j] = at<TKV>(c.v, row * c.v_stride_t + kvh * c.v_stride_h);
     }
-    if (t0 == lo) {  // nothing prefetched the first block
+    if (detail::kCanPrefetch && t0 == lo) {  // nothing prefetched the first block
       for (std::int64_t j = 0; j < nb; ++j) {
         detail::prefetch(krows[j], pf_rows.k_bytes);
         detail::prefetch(vrows[j], pf_rows.v_bytes);

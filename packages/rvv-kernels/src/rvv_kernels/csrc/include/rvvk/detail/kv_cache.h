@@ -20,11 +20,18 @@ inline std::int64_t cache_row(const KvCache& c, std::int64_t req, std::int64_t p
                               : static_cast<const std::int32_t*>(c.req_to_token)[i];
 }
 
-// Asks for the `bytes` bytes at p to be brought into the cache (a hint; no
-// effect where the target has no prefetch instruction). The KV rows of a
-// request sit wherever the allocator put them, so the hardware prefetchers
-// cannot guess the next row: the kernels prefetch the rows of the next block
-// of keys while they compute on the current one.
+// Whether the target has a prefetch instruction (RISC-V: Zicbop). Without one
+// the kernels skip the address arithmetic of prefetching altogether.
+#if defined(__x86_64__) || defined(__aarch64__) || defined(__riscv_zicbop)
+inline constexpr bool kCanPrefetch = true;
+#else
+inline constexpr bool kCanPrefetch = false;
+#endif
+
+// Asks for the `bytes` bytes at p to be brought into the cache (a hint). The KV
+// rows of a request sit wherever the allocator put them, so the hardware
+// prefetchers cannot guess the next row: the kernels prefetch the rows of the
+// next block of keys while they compute on the current one.
 inline void prefetch(const void* p, std::int64_t bytes) {
   const char* c = static_cast<const char*>(p);
   for (std::int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(c + i, 0, 2);
