@@ -216,15 +216,12 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
   // the current block's keys prefetches the next block's rows, one key per key.
   const TKV* next_k[kBlock];
   const TKV* next_v[kBlock];
+  // This KV head's K and V rows of positions [p0, p0 + n).
   auto rows_of = [&](std::int64_t p0, std::int64_t n, const TKV** kr, const TKV** vr) {
     for (std::int64_t j = 0; j < n; ++j) {
       const std::int64_t row = cache_row(c, req, p0 + j);
       kr[j] = at<TKV>(c.k, row * c.k_stride_t + kvh * c.k_stride_h);
       vr[j] = at<TKV>(c.v, row * c.v_stride_t + kvh * c.v_stride_h);
-      if constexpr (kPerToken) {
-        kscale[j] = c.k_scales[row * c.scales_stride + kvh];
-        vscale[j] = c.v_scales[row * c.scales_stride + kvh];
-      }
     }
   };
   const Prefetch<TKV> pf_rows{dim * static_cast<std::int64_t>(sizeof(TKV)),
@@ -232,13 +229,16 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
   for (std::int64_t t0 = lo; t0 < hi; t0 += kBlock) {
     const std::int64_t nb = std::min(kBlock, hi - t0);
     rows_of(t0, nb, krows, vrows);
+    if constexpr (kPerToken) {
+      for (std::int64_t j = 0; j < nb; ++j) {
+        const std::int64_t row = cache_row(c, req, t0 + j);
+        kscale[j] = c.k_scales[row * c.scales_stride + kvh];
+        vscale[j] = c.v_scales[row * c.scales_stride + kvh];
+      }
+    }
     const std::int64_t n_next =
         detail::kCanPrefetch ? std::clamp<std::int64_t>(hi - t0 - kBlock, 0, kBlock) : 0;
-    for (std::int64_t j = 0; j < n_next; ++j) {
-      const std::int64_t row = cache_row(c, req, t0 + kBlock + j);
-      next_k[j] = at<TKV>(c.k, row * c.k_stride_t + kvh * c.k_stride_h);
-      next_v[j] = at<TKV>(c.v, row * c.v_stride_t + kvh * c.v_stride_h);
-    }
+    rows_of(t0 + kBlock, n_next, next_k, next_v);
     if (detail::kCanPrefetch && t0 == lo) {  // nothing prefetched the first block
       for (std::int64_t j = 0; j < nb; ++j) {
         detail::prefetch(krows[j], pf_rows.k_bytes);
