@@ -224,8 +224,8 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
       vr[j] = at<TKV>(c.v, row * c.v_stride_t + kvh * c.v_stride_h);
     }
   };
-  const Prefetch<TKV> pf_rows{dim * static_cast<std::int64_t>(sizeof(TKV)),
-                              dim_v * static_cast<std::int64_t>(sizeof(TKV))};
+  Prefetch<TKV> pf{dim * static_cast<std::int64_t>(sizeof(TKV)),
+                   dim_v * static_cast<std::int64_t>(sizeof(TKV)), next_k, next_v};
   for (std::int64_t t0 = lo; t0 < hi; t0 += kBlock) {
     const std::int64_t nb = std::min(kBlock, hi - t0);
     rows_of(t0, nb, krows, vrows);
@@ -236,19 +236,14 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
         vscale[j] = c.v_scales[row * c.scales_stride + kvh];
       }
     }
-    const std::int64_t n_next =
-        detail::kCanPrefetch ? std::clamp<std::int64_t>(hi - t0 - kBlock, 0, kBlock) : 0;
-    rows_of(t0 + kBlock, n_next, next_k, next_v);
+    pf.n = detail::kCanPrefetch ? std::clamp<std::int64_t>(hi - t0 - kBlock, 0, kBlock) : 0;
+    rows_of(t0 + kBlock, pf.n, next_k, next_v);
     if (detail::kCanPrefetch && t0 == lo) {  // nothing prefetched the first block
       for (std::int64_t j = 0; j < nb; ++j) {
-        detail::prefetch(krows[j], pf_rows.k_bytes);
-        detail::prefetch(vrows[j], pf_rows.v_bytes);
+        detail::prefetch(krows[j], pf.k_bytes);
+        detail::prefetch(vrows[j], pf.v_bytes);
       }
     }
-    Prefetch<TKV> pf = pf_rows;
-    pf.k = next_k;
-    pf.v = next_v;
-    pf.n = n_next;
     for_head_groups(group, [&](auto ng, std::int64_t g0) {
       qk_heads<decltype(ng)::value>(sc.q.data(), dim, krows, nb, sc.scores.data(), g0,
                                     g0 == 0 ? &pf : nullptr);

@@ -37,10 +37,12 @@ inline constexpr int kMatrixLmul = 4;
 
 namespace avx512 {
 
+constexpr __mmask16 kAll = static_cast<__mmask16>(0xffff);
+
 // Lanes [16 i, 16 i + 16) of a vector with active length vl, as a mask.
 inline __mmask16 lanes(std::size_t vl, int i) {
   const std::size_t lo = static_cast<std::size_t>(i) * 16;
-  if (vl >= lo + 16) return static_cast<__mmask16>(0xffff);  // kAll
+  if (vl >= lo + 16) return kAll;
   if (vl <= lo) return 0;
   return static_cast<__mmask16>((1u << (vl - lo)) - 1u);
 }
@@ -49,7 +51,6 @@ inline __m512 splat(float x) { return _mm512_set1_ps(x); }
 
 // Raw 16-, 8- and 32-bit element loads of the lanes in m (whole vectors unmasked:
 // with a constant mask the test folds away).
-constexpr __mmask16 kAll = static_cast<__mmask16>(0xffff);
 inline __m256i ld16(const void* p, __mmask16 m) {
   return m == kAll ? _mm256_loadu_si256(static_cast<const __m256i*>(p))
                    : _mm256_maskz_loadu_epi16(m, p);
