@@ -310,8 +310,9 @@ We have no RISC-V board. Every number here is a proxy:
   instruction ratio. The DLEN-128 cycle estimate of section 2 is a model stated there,
   not a measurement.
 - **The x86 side by side** (section 3) runs the rvv-ops kernels' x86 variant (the same
-  kernel sources on the AVX-512 vector layer; fp32 arithmetic, no AMX), not the RVV code,
-  against torch's x86 kernels (oneDNN, AVX-512, and AMX bf16 matrix units on this CPU). It shows
+  kernel sources on the AVX-512 vector layer; on a CPU with AMX, extend's bf16 matrix
+  products on AMX tiles - the `x86_amx` variant), not the RVV code, against torch's x86
+  kernels (oneDNN, AVX-512, and AMX bf16 matrix units on this CPU). It shows
   that all three implementations agree on the same SGLang batches, and how much of
   torch_native's cost is structural (a Python loop over requests, a gathered copy of every
   request's K/V, and in extend an attention over all `context` positions of which only the
@@ -322,13 +323,20 @@ We have no RISC-V board. Every number here is a proxy:
 - **Where the x86 kernels stand, and why.** Decode reads each request's K/V rows from
   wherever the allocator put them (random rows here, as in a long-running server): 256-byte
   pieces the hardware prefetchers cannot predict, so the kernel prefetches the next block's
-  rows itself and is then bound by how many cache misses a core keeps in flight, not by
-  streaming bandwidth (a copy streams). Extend is compute-bound: the kernels compute in fp32
-  with AVX-512 FMAs, while torch's SDPA hands bf16 blocks to oneDNN, which uses the CPU's AMX
-  matrix units - an order of magnitude more bf16 multiply-adds per cycle. Reaching the
-  extend target on x86 would take an AMX (or AVX512-BF16) variant of the matrix products;
-  none of that carries over to RISC-V, where the matrix products are the RVV code measured
-  in sections 1 and 2.
+  rows itself. It is not bandwidth-bound yet: with the whole cache of one request in the
+  CPU's caches (batch 1, context 2048: 2 MB of K/V) it still reads only ~6.7 GB/s, so its
+  own instructions bound it - per key and query head one horizontal reduction of the q.k
+  vector, and the K and V rows converted from bf16 once per group of up to 4 query heads
+  (twice for Qwen's 6) - the same code that is lean on RVV, where reductions are single
+  instructions. Extend is compute-bound. With AMX the kernels' two
+  matrix products run on the tiles like torch's, but keep more precision than torch's bf16
+  SDPA: the probabilities go to the tiles as two bf16 parts (hi + lo, twice the P.V tile
+  work) so the result matches the fp32 path within its test tolerance, and the online
+  softmax (one exp per score, in AVX-512) then costs about as much as the tile work; K and V
+  are re-laid into tile layout per block of 128 keys. Measured on this machine (single
+  thread, batch 4 / context 2048): dropping the lo part would save about 15%. None of this
+  carries over to RISC-V, where the matrix products are the RVV code measured in sections 1
+  and 2.
 - A board result also depends on its memory system, thread count and clock, none of
   which these proxies contain.
 """

@@ -14,9 +14,10 @@ batch x context in {1, 4, 16} x {512, 2048, 8192}, decode and extend:
 - ``rvv_kernel``: the rvv-ops kernels through rvv-attention's kernel path (``ra.decode`` /
   ``ra.extend`` with ``RVV_ATTENTION_IMPL=kernel``, which raises instead of falling back),
   i.e. ``torch.ops.sgl_kernel.decode_attention_cpu`` / ``extend_attention_cpu``; on x86 the
-  kernels' ``x86_avx512`` variant where the CPU has AVX-512 (the same kernel sources on the
-  AVX-512 vector layer), else their portable path (plain C++ emulating a 256-bit vector
-  unit); the JSON's ``machine.rvv_ops_build.active_variant`` says which ran.
+  kernels' ``x86_amx`` variant where the CPU has AMX (extend's bf16 matrix products on AMX
+  tiles, the rest as ``x86_avx512``), ``x86_avx512`` where it has AVX-512 (the same kernel
+  sources on the AVX-512 vector layer), else their portable path (plain C++ emulating a
+  256-bit vector unit); the JSON's ``machine.rvv_ops_build.active_variant`` says which ran.
 
 Decode: one new token per request after ``context - 1`` cached ones (the new K/V are written
 at their rows, then attended with the other ``context - 1``). Extend: ``min(512, context)``
@@ -571,8 +572,9 @@ def method(opts: Options) -> dict[str, Any]:
             "(init_forward_metadata + forward_decode / forward_extend)",
             "rvv_fallback": "rvv_attention.decode / extend with RVV_ATTENTION_IMPL=fallback",
             "rvv_kernel": "rvv_attention.decode / extend with RVV_ATTENTION_IMPL=kernel "
-            "(rvv-ops' sgl_kernel ops; on x86 the x86_avx512 kernel variant where the CPU has "
-            "AVX-512, else the portable one: see machine.rvv_ops_build.active_variant)",
+            "(rvv-ops' sgl_kernel ops; on x86 the x86_amx or x86_avx512 kernel variant where the "
+            "CPU has AMX or AVX-512, else the portable one: see "
+            "machine.rvv_ops_build.active_variant)",
         },
         "repeats": opts.repeats,
         "repeats_rule": f"min(repeats, max(3, {opts.budget:g} s / the time of one call of "

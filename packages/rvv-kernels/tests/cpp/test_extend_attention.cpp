@@ -34,6 +34,7 @@ struct Case {
   bool sinks = false;
   bool causal = true;
   bool r2t64 = false;
+  bool scaled = false;  // per-tensor scales on a 16/32-bit cache (K 0.5, V 2)
 };
 
 // Fills `buf` with random values in [-range, range] that are exact in its
@@ -117,7 +118,10 @@ void run_case(rvvk_test::Context& ctx, const Case& c, std::uint64_t seed) {
   std::vector<float> kscales(static_cast<std::size_t>(cache_rows * c.hkv)), vscales(kscales.size());
   for (float& x : kscales) x = static_cast<float>(rng.uniform(0.5, 1.5) / 127.0);
   for (float& x : vscales) x = static_cast<float>(rng.uniform(0.5, 1.5) / 127.0);
-  const float kscale = fp8 ? 0.75f : 1.0f, vscale = fp8 ? 1.25f : 1.0f;
+  // Per-tensor scales apply to the cached K / V of every dtype but int8
+  // (per-token scales): powers of two for the 16/32-bit ones when c.scaled.
+  const float kscale = fp8 ? 0.75f : int8 || !c.scaled ? 1.0f : 0.5f;
+  const float vscale = fp8 ? 1.25f : int8 || !c.scaled ? 1.0f : 2.0f;
 
   // req_to_token rows in reverse request order, to make req_pool_indices matter.
   const std::int64_t r2t_stride = max_len + 2;
@@ -402,4 +406,26 @@ RVVK_TEST(extend_attention_features) {
 
 RVVK_TEST(extend_attention_mla_shape) {
   run_case(ctx, Case{16, 1, 576, 512, {{20, 9}, {0, 2}}, DType::kBF16, DType::kBF16}, 400);
+}
+
+RVVK_TEST(extend_attention_bf16_blocks) {
+  // bf16 q with a bf16 cache at head sizes that are multiples of 32 (the
+  // x86_amx variant's tile path; the others run their usual path): prefixes
+  // around the 64-key blocks, extends around the 32-token tasks, query rows
+  // per task not a multiple of the 16-row tiles (GQA 6 and 7), and the
+  // features that act on the scores.
+  const std::vector<Req> reqs = {{0, 1},  {1, 31}, {63, 32}, {64, 33},
+                                 {65, 2}, {0, 0},  {130, 70}, {0, 97}};
+  std::uint64_t seed = 500;
+  run_case(ctx, Case{12, 2, 128, 128, reqs, DType::kBF16, DType::kBF16}, ++seed);
+  run_case(ctx, Case{7, 1, 64, 96, reqs, DType::kBF16, DType::kBF16, 0, 0, false, false}, ++seed);
+  run_case(ctx, Case{6, 3, 96, 64, reqs, DType::kBF16, DType::kBF16, 30.0f, 40, true, true, true},
+           ++seed);
+  run_case(ctx, Case{5, 5, 32, 32, reqs, DType::kBF16, DType::kBF16, 0, 1, false, true}, ++seed);
+  // Per-tensor cache scales (the x86_amx variant leaves these to the fp32 path).
+  run_case(ctx,
+           Case{12, 2, 128, 128, reqs, DType::kBF16, DType::kBF16, 0, 0, false, true, false, true},
+           ++seed);
+  run_case(ctx, Case{4, 2, 64, 64, reqs, DType::kF32, DType::kF32, 0, 0, false, true, true, true},
+           ++seed);
 }

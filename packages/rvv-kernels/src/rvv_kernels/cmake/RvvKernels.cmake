@@ -5,13 +5,16 @@
 # Defines the static library target `rvv_kernels` (alias rvv_kernels::rvv_kernels):
 # each kernel source is compiled once per variant - `portable` always, when the
 # target is riscv64 also `rvv` (-march=rv64gcv) and `rvv_zvfh` (+Zvfh), when it
-# is x86-64 also `x86_avx512` (the vector layer on AVX-512 intrinsics) - and the
-# library picks the best variant for the running CPU at run time.
+# is x86-64 also `x86_avx512` (the vector layer on AVX-512 intrinsics) and
+# `x86_amx` (the same, plus AMX tiles for extend attention's bf16 matrix
+# products) - and the library picks the best variant for the running CPU at
+# run time.
 #
 # Options:
 #   RVVK_ENABLE_RVV   (ON)  compile the RVV variants when targeting riscv64
 #   RVVK_ENABLE_ZVFH  (ON)  also compile the Zvfh variant if the compiler can
-#   RVVK_ENABLE_X86   (ON)  compile the x86_avx512 variant when targeting x86-64
+#   RVVK_ENABLE_X86   (ON)  compile the x86_avx512 (and, if the compiler can,
+#                           x86_amx) variant when targeting x86-64
 #   RVVK_PORTABLE_FLAGS     extra flags for the portable variant
 #
 # Function: rvvk_add_variant_objects(<prefix> <sources...>) compiles extra
@@ -94,6 +97,25 @@ int main() { float x[16] = {1}; __m512 v = _mm512_maskz_loadu_ps(0x3, x);
     # intrinsics' vector arithmetic by default): the kernels fuse where they say fmacc,
     # as the RVV intrinsics do, so both vector variants round alike.
     set(RVVK_FLAGS_x86_avx512 ${_rvvk_avx512_flags} -ffp-contract=off -DRVVK_VEC_AVX512=1)
+    set(_rvvk_amx_flags ${_rvvk_avx512_flags} -mavx512bf16 -mamx-tile -mamx-bf16)
+    set(_rvvk_probe_amx "
+#include <immintrin.h>
+int main() { alignas(64) unsigned char cfg[64] = {1}; float x[32] = {1};
+  _tile_loadconfig(cfg); _tile_zero(0); _tile_loadd(1, x, 64);
+  _tile_loadd(2, x, 64); _tile_dpbf16ps(0, 1, 2); _tile_stored(0, x, 64); _tile_release();
+  __m512bh p = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x), _mm512_loadu_ps(x));
+  return (int)x[0] + (int)_mm512_reduce_add_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), p, p)); }")
+    string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${_rvvk_amx_flags}")
+    check_cxx_source_compiles("${_rvvk_probe_amx}" RVVK_COMPILER_HAS_AMX)
+    unset(CMAKE_REQUIRED_FLAGS)
+    if(RVVK_COMPILER_HAS_AMX)
+      list(APPEND RVVK_VARIANTS x86_amx)
+      set(RVVK_FLAGS_x86_amx ${_rvvk_amx_flags} -ffp-contract=off -DRVVK_VEC_AVX512=1
+          -DRVVK_AMX=1)
+    else()
+      message(WARNING "rvv-kernels: ${CMAKE_CXX_COMPILER} cannot compile AMX intrinsics; "
+                      "no x86_amx variant")
+    endif()
   else()
     message(WARNING "rvv-kernels: ${CMAKE_CXX_COMPILER} cannot compile AVX-512 intrinsics; "
                     "no x86_avx512 variant")

@@ -28,10 +28,14 @@
 // Finally o / l (the sink, if any, joins the denominator) in the output dtype.
 // Tasks share no mutable state (thread_local scratch), so results do not depend
 // on how tasks are spread over calls or threads.
+// The x86_amx variant runs bf16 q over a bf16 cache (head sizes multiples of
+// 32) through its own task with the matrix products on AMX tiles: see amx::
+// at the end of this file.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -397,6 +401,36 @@ bool use_transposed_q(std::int64_t nqr, std::int64_t dim) {
   return nqr * (2 + c) * 8 >= 5 * dim;
 }
 
+// The task's output rows: o[qr] / l[qr] (the sink, if any, joins the
+// denominator; m is the rows' running max) in the output dtype.
+template <class T>
+void store_rows(const ExtendAttentionArgs& a, std::int64_t kvh, std::int64_t tok0,
+                std::int64_t nqr, const float* o, const float* m_run, const float* l_run) {
+  const std::int64_t group = a.num_heads / a.num_kv_heads;
+  const std::int64_t dim_v = a.head_dim_v;
+  for (std::int64_t r = 0; r < nqr; ++r) {
+    const std::int64_t h = kvh * group + r % group;
+    const float m = m_run[r];
+    const float l = l_run[r];
+    float inv;
+    if (a.sinks) {
+      const float sink = a.sinks[h];
+      const float mf = std::max(m, sink);
+      const float scale = std::exp(m - mf);
+      inv = scale / (l * scale + std::exp(sink - mf));
+    } else {
+      inv = l > 0.0f ? 1.0f / l : 0.0f;
+    }
+    T* out = static_cast<T*>(a.o) + (tok0 + r / group) * a.o_stride_t + h * a.o_stride_h;
+    const float* acc = o + r * dim_v;
+    for (std::int64_t i = 0; i < dim_v;) {
+      const std::size_t vl = FM::setvl(static_cast<std::size_t>(dim_v - i));
+      FM::store(out + i, FM::mul(FM::load(acc + i, vl), inv, vl), vl);
+      i += static_cast<std::int64_t>(vl);
+    }
+  }
+}
+
 template <class T, class TKV>
 void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
   const std::int64_t hkv = a.num_kv_heads;
@@ -533,34 +567,373 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
     pv_block(sc.o.data(), dim_v, sc.alpha.data(), s, nqr, vc, nb);
   }
 
-  // Normalise (with the optional sink in the denominator) and store.
-  for (std::int64_t r = 0; r < nqr; ++r) {
-    const std::int64_t h = kvh * group + r % group;
-    const float m = sc.m[static_cast<std::size_t>(r)];
-    const float l = sc.l[static_cast<std::size_t>(r)];
-    float inv;
-    if (a.sinks) {
-      const float sink = a.sinks[h];
-      const float mf = std::max(m, sink);
-      const float scale = std::exp(m - mf);
-      inv = scale / (l * scale + std::exp(sink - mf));
-    } else {
-      inv = l > 0.0f ? 1.0f / l : 0.0f;
-    }
-    T* out = static_cast<T*>(a.o) + (start + m0 + r / group) * a.o_stride_t + h * a.o_stride_h;
-    const float* acc = sc.o.data() + r * dim_v;
-    for (std::int64_t i = 0; i < dim_v;) {
-      const std::size_t vl = FM::setvl(static_cast<std::size_t>(dim_v - i));
-      FM::store(out + i, FM::mul(FM::load(acc + i, vl), inv, vl), vl);
-      i += static_cast<std::int64_t>(vl);
-    }
+  store_rows<T>(a, kvh, start + m0, nqr, sc.o.data(), sc.m.data(), sc.l.data());
+}
+
+#if defined(RVVK_AMX)
+// x86_amx: the same tasks, for bf16 q with a bf16 KV cache, with both matrix
+// products on AMX tiles (tdpbf16ps: bf16 pairs, fp32 accumulators) and the
+// online softmax in AVX-512, per query row:
+//  - q rows, raw bf16, packed once per task as the A tiles (16 rows x 32
+//    dims), padded with zero rows to a multiple of 32 rows; sm_scale applies
+//    to the fp32 scores, so q is not rounded again.
+//  - per block of 128 keys: K re-laid as B tiles in bf16 pairs (tile row i =
+//    dims 2i, 2i+1 of 16 keys: a 16 x 16 transpose of 32-bit pairs), then
+//    s[qr][key] = q . k in fp32 tiles of 16 rows x 16 keys;
+//  - per row: scale, cap, mask (the visible keys of a row are contiguous), max,
+//    exp, sum; p goes to bf16 as hi + lo (hi = p truncated to bf16, lo =
+//    bf16(p - hi)), so P.V keeps ~16 bits of p and the result stays within the
+//    fp32 path's tolerance (products of bf16 are exact in fp32; with hi alone
+//    the tests' one-ulp bound fails, and hi alone would be ~15% faster at
+//    batch 4 / context 2048); rows whose max moved scale their o row by alpha;
+//  - V re-laid as B tiles in key pairs (tile row i = keys 2i, 2i+1 of 16 value
+//    columns: interleaved bf16), o[qr][:] += p_hi . V + p_lo . V in fp32 tiles.
+// Keys past the block's end are zero rows with masked scores.
+namespace amx {
+
+constexpr std::int64_t kN = 128;  // keys per block: 8 tiles of 16
+constexpr std::int64_t kR = 32;   // query rows per pass: 2 tiles of 16
+static_assert(kN % 32 == 0, "key pairs of whole tiles, rows of P in pairs of vectors");
+
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1, start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {};
+  std::uint8_t rows[16] = {};
+};
+
+// Eight tiles of 16 rows x 64 bytes for the lifetime of the object (one call
+// of extend_attention, on one thread); tile state released after.
+struct Tiles {
+  Tiles() {
+    TileConfig c;
+    for (int i = 0; i < 8; ++i) c.colsb[i] = 64, c.rows[i] = 16;
+    _tile_loadconfig(&c);
+  }
+  ~Tiles() { _tile_release(); }
+  Tiles(const Tiles&) = delete;
+  Tiles& operator=(const Tiles&) = delete;
+};
+
+struct Scratch {
+  std::vector<std::uint16_t> q;          // nqr_pad x dim, bf16
+  std::vector<std::uint32_t> kb;         // (dim / 32) x 4 B tiles of 16 x 16 pairs
+  std::vector<std::uint32_t> vb;         // (kN / 32) x (dim_v / 16) B tiles of 16 x 16 pairs
+  std::vector<float> s;                  // nqr_pad x kN scores
+  std::vector<std::uint16_t> phi, plo;   // nqr_pad x kN, bf16
+  std::vector<float> o, m, l;            // nqr_pad x dim_v, nqr, nqr
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// r[i] <- column i of the 16 x 16 matrix of 32-bit elements whose rows are r.
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  __m512i u[16];  // u[4i + j], 128-bit lane L: column 4L + j of rows 4i .. 4i + 3
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {  // 4 x 4 transpose of 128-bit lanes
+    const __m512i a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44);
+    const __m512i b = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+    const __m512i c = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512i d = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+    r[j] = _mm512_shuffle_i32x4(a, c, 0x88);
+    r[4 + j] = _mm512_shuffle_i32x4(a, c, 0xDD);
+    r[8 + j] = _mm512_shuffle_i32x4(b, d, 0x88);
+    r[12 + j] = _mm512_shuffle_i32x4(b, d, 0xDD);
   }
 }
+
+// K rows (null: a zero row past the block's end) -> B tiles: tile (c, g) holds
+// dims [32c, 32c + 32) of keys [16g, 16g + 16); its row i the pair (2i, 2i + 1).
+void pack_k(const std::uint16_t* const* rows, std::int64_t dim, std::uint32_t* kb) {
+  for (std::int64_t g = 0; g < kN / 16; ++g)
+    for (std::int64_t c = 0; c < dim / 32; ++c) {
+      __m512i r[16];
+      for (int n = 0; n < 16; ++n) {
+        const std::uint16_t* p = rows[g * 16 + n];
+        r[n] = p ? _mm512_loadu_si512(p + c * 32) : _mm512_setzero_si512();
+      }
+      transpose16(r);
+      std::uint32_t* tile = kb + (c * (kN / 16) + g) * 256;
+      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(tile + i * 16, r[i]);
+    }
+}
+
+// V rows -> B tiles: tile (kc, d) holds keys [32kc, 32kc + 32) of value
+// columns [16d, 16d + 16); its row i the keys 2i, 2i + 1 interleaved.
+void pack_v(const std::uint16_t* const* rows, std::int64_t dim_v, std::uint32_t* vb) {
+  alignas(64) std::uint16_t lo_idx[32], hi_idx[32];
+  for (int n = 0; n < 16; ++n) {
+    lo_idx[2 * n] = static_cast<std::uint16_t>(n);
+    lo_idx[2 * n + 1] = static_cast<std::uint16_t>(32 + n);
+    hi_idx[2 * n] = static_cast<std::uint16_t>(16 + n);
+    hi_idx[2 * n + 1] = static_cast<std::uint16_t>(48 + n);
+  }
+  const __m512i il = _mm512_load_si512(lo_idx), ih = _mm512_load_si512(hi_idx);
+  const std::int64_t ndv = dim_v / 16;
+  for (std::int64_t kc = 0; kc < kN / 32; ++kc)
+    for (int i = 0; i < 16; ++i) {
+      const std::uint16_t* p0 = rows[kc * 32 + 2 * i];
+      const std::uint16_t* p1 = rows[kc * 32 + 2 * i + 1];
+      for (std::int64_t dd = 0; dd < dim_v / 32; ++dd) {
+        const __m512i x = p0 ? _mm512_loadu_si512(p0 + dd * 32) : _mm512_setzero_si512();
+        const __m512i y = p1 ? _mm512_loadu_si512(p1 + dd * 32) : _mm512_setzero_si512();
+        std::uint32_t* t0 = vb + (kc * ndv + 2 * dd) * 256 + i * 16;
+        _mm512_storeu_si512(t0, _mm512_permutex2var_epi16(x, il, y));
+        _mm512_storeu_si512(t0 + 256, _mm512_permutex2var_epi16(x, ih, y));
+      }
+    }
+}
+
+// s[qr][0, kN) = q[qr] . k for all nqr_pad rows (tiles 0-3 accumulate 32 rows
+// x 32 keys, 4-5 hold q, 6-7 K).
+void qk_tiles(const std::uint16_t* q, std::int64_t nqr_pad, std::int64_t dim,
+              const std::uint32_t* kb, float* s) {
+  const std::int64_t qstride = dim * 2;
+  constexpr std::int64_t sstride = kN * 4;
+  for (std::int64_t r = 0; r < nqr_pad; r += kR)
+    for (std::int64_t g = 0; g < kN / 16; g += 2) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (std::int64_t c = 0; c < dim / 32; ++c) {
+        _tile_loadd(4, q + r * dim + c * 32, qstride);
+        _tile_loadd(5, q + (r + 16) * dim + c * 32, qstride);
+        _tile_loadd(6, kb + (c * (kN / 16) + g) * 256, 64);
+        _tile_loadd(7, kb + (c * (kN / 16) + g + 1) * 256, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      float* s0 = s + r * kN + g * 16;
+      _tile_stored(0, s0, sstride);
+      _tile_stored(1, s0 + 16, sstride);
+      _tile_stored(2, s0 + 16 * kN, sstride);
+      _tile_stored(3, s0 + 16 * kN + 16, sstride);
+    }
+}
+
+// o[qr][:] += (p_hi + p_lo)[qr] . V for all nqr_pad rows (tiles 0-3: 32 rows x
+// 32 value columns, 4-5 p, 6-7 V).
+void pv_tiles(const std::uint16_t* phi, const std::uint16_t* plo, std::int64_t nqr_pad,
+              const std::uint32_t* vb, std::int64_t dim_v, float* o) {
+  constexpr std::int64_t pstride = kN * 2;
+  const std::int64_t ostride = dim_v * 4;
+  const std::int64_t ndv = dim_v / 16;
+  for (std::int64_t r = 0; r < nqr_pad; r += kR)
+    for (std::int64_t d = 0; d < ndv; d += 2) {
+      float* o0 = o + r * dim_v + d * 16;
+      _tile_loadd(0, o0, ostride);
+      _tile_loadd(1, o0 + 16, ostride);
+      _tile_loadd(2, o0 + 16 * dim_v, ostride);
+      _tile_loadd(3, o0 + 16 * dim_v + 16, ostride);
+      for (std::int64_t kc = 0; kc < kN / 32; ++kc) {
+        _tile_loadd(6, vb + (kc * ndv + d) * 256, 64);
+        _tile_loadd(7, vb + (kc * ndv + d + 1) * 256, 64);
+        _tile_loadd(4, phi + r * kN + kc * 32, pstride);
+        _tile_loadd(5, phi + (r + 16) * kN + kc * 32, pstride);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+        _tile_loadd(4, plo + r * kN + kc * 32, pstride);
+        _tile_loadd(5, plo + (r + 16) * kN + kc * 32, pstride);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, o0, ostride);
+      _tile_stored(1, o0 + 16, ostride);
+      _tile_stored(2, o0 + 16 * dim_v, ostride);
+      _tile_stored(3, o0 + 16 * dim_v + 16, ostride);
+    }
+}
+
+// exp(x) for x <= 0 (scores minus their max): the vector layer's reduction
+// and polynomial, the power of two by scalef; x < -87.33 gives exactly 0 (no
+// subnormal results: those would cost microcode assists).
+inline __m512 exp_nonpos(__m512 x) {
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_GE_OQ);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(keep, y, n);
+}
+
+// Lanes [lo, hi) of the 16 at 16 * i, as a mask.
+inline __mmask16 lanes_in(std::int64_t lo, std::int64_t hi, int i) {
+  auto bits = [](std::int64_t n) {
+    n = std::clamp<std::int64_t>(n, 0, 16);
+    return static_cast<std::uint32_t>((1u << n) - 1u);
+  };
+  return static_cast<__mmask16>(bits(hi - 16 * i) & ~bits(lo - 16 * i));
+}
+
+// Online softmax of row s[0, kN) whose visible keys are [lo, hi): s scaled,
+// capped and masked, m / l updated, p written as bf16 hi + lo; returns alpha.
+inline float softmax_row(const float* s, std::int64_t lo, std::int64_t hi, float sm_scale,
+                         float cap, float* m, float* l, std::uint16_t* phi,
+                         std::uint16_t* plo) {
+  constexpr int kZ = static_cast<int>(kN / 16);
+  const __m512 masked = _mm512_set1_ps(kMasked);
+  const __m512 scale = _mm512_set1_ps(sm_scale);
+  const bool whole = lo == 0 && hi == kN;
+  __m512 x[kZ];
+  __m512 mx = _mm512_set1_ps(*m);
+  for (int i = 0; i < kZ; ++i) {
+    __m512 v = _mm512_mul_ps(_mm512_loadu_ps(s + 16 * i), scale);
+    if (cap > 0.0f) {
+      v = _mm512_mul_ps(vec::avx512::tanh(_mm512_mul_ps(v, _mm512_set1_ps(1.0f / cap))),
+                        _mm512_set1_ps(cap));
+    }
+    x[i] = whole ? v : _mm512_mask_blend_ps(lanes_in(lo, hi, i), masked, v);
+    mx = _mm512_max_ps(mx, x[i]);
+  }
+  const float m_new = _mm512_reduce_max_ps(mx);
+  const float alpha = m_new == *m ? 1.0f : std::exp(*m - m_new);
+  const __m512 mv = _mm512_set1_ps(m_new);
+  const __m512i top = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  __m512 sum = _mm512_setzero_ps();
+  for (int i = 0; i < kZ; i += 2) {
+    const __m512 p0 = exp_nonpos(_mm512_sub_ps(x[i], mv));
+    const __m512 p1 = exp_nonpos(_mm512_sub_ps(x[i + 1], mv));
+    // hi: p truncated to bf16 (exact in bf16), lo = p - hi (exact in fp32) rounded.
+    const __m512 h0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(p0), top));
+    const __m512 h1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(p1), top));
+    _mm512_storeu_si512(phi + 16 * i, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(h1, h0)));
+    _mm512_storeu_si512(plo + 16 * i, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(
+                                          _mm512_sub_ps(p1, h1), _mm512_sub_ps(p0, h0))));
+    sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
+  }
+  *m = m_new;
+  *l = *l * alpha + _mm512_reduce_add_ps(sum);
+  return alpha;
+}
+
+// Head sizes of whole tile rows, and no per-tensor cache scales (they apply to
+// the cached keys only, not the new ones; the fp32 path folds them per row).
+bool eligible(const ExtendAttentionArgs& a) {
+  return a.head_dim % 32 == 0 && a.head_dim_v % 32 == 0 && a.cache.k_scale == 1.0f &&
+         a.cache.v_scale == 1.0f;
+}
+
+void task(const ExtendAttentionArgs& a, std::int64_t t) {
+  const std::int64_t hkv = a.num_kv_heads;
+  const std::int64_t mblocks = (a.max_extend_len + kBlockM - 1) / kBlockM;
+  const std::int64_t b = t / (hkv * mblocks);
+  const std::int64_t kvh = (t / mblocks) % hkv;
+  const std::int64_t m0 = (t % mblocks) * kBlockM;
+  const std::int64_t ext = a.extend_seq_lens[b];
+  if (m0 >= ext) return;
+  const std::int64_t rows = std::min(kBlockM, ext - m0);
+  const std::int64_t len = a.seq_lens[b];
+  const std::int64_t prefix = len - ext;
+  const std::int64_t start = a.extend_start_loc[b];
+  const std::int64_t group = a.num_heads / hkv;
+  const std::int64_t nqr = rows * group;
+  const std::int64_t nqr_pad = (nqr + kR - 1) / kR * kR;
+  const std::int64_t dim = a.head_dim, dim_v = a.head_dim_v;
+  const std::int64_t window = a.window;
+
+  Scratch& sc = scratch();
+  sc.q.assign(static_cast<std::size_t>(nqr_pad * dim), 0);
+  sc.kb.resize(static_cast<std::size_t>(dim / 32 * (kN / 16) * 256));
+  sc.vb.resize(static_cast<std::size_t>(kN / 32 * (dim_v / 16) * 256));
+  sc.s.resize(static_cast<std::size_t>(nqr_pad * kN));
+  sc.phi.assign(static_cast<std::size_t>(nqr_pad * kN), 0);  // pad rows stay 0
+  sc.plo.assign(static_cast<std::size_t>(nqr_pad * kN), 0);
+  sc.o.assign(static_cast<std::size_t>(nqr_pad * dim_v), 0.0f);
+  sc.m.assign(static_cast<std::size_t>(nqr), kMinit);
+  sc.l.assign(static_cast<std::size_t>(nqr), 0.0f);
+  for (std::int64_t r = 0; r < nqr; ++r) {
+    const auto* src = at<std::uint16_t>(a.q, (start + m0 + r / group) * a.q_stride_t +
+                                                 (kvh * group + r % group) * a.q_stride_h);
+    std::memcpy(sc.q.data() + r * dim, src, static_cast<std::size_t>(dim) * 2);
+  }
+
+  const std::int64_t pos_lo =
+      window > 0 ? std::max<std::int64_t>(0, prefix + m0 - window + 1) : 0;
+  const std::int64_t pos_end = a.causal ? prefix + m0 + rows : len;
+  const KvCache& c = a.cache;
+  const std::int64_t req = a.req_pool_indices[b];
+  const std::uint16_t* krows[kN];
+  const std::uint16_t* vrows[kN];
+  for (std::int64_t p0 = pos_lo; p0 < pos_end; p0 += kN) {
+    const std::int64_t nb = std::min(kN, pos_end - p0);
+    for (std::int64_t j = 0; j < kN; ++j) {
+      const std::int64_t pos = p0 + j;
+      if (j >= nb) {
+        krows[j] = vrows[j] = nullptr;
+      } else if (pos < prefix) {
+        const std::int64_t row = cache_row(c, req, pos);
+        krows[j] = at<std::uint16_t>(c.k, row * c.k_stride_t + kvh * c.k_stride_h);
+        vrows[j] = at<std::uint16_t>(c.v, row * c.v_stride_t + kvh * c.v_stride_h);
+      } else {
+        const std::int64_t tok = start + pos - prefix;
+        krows[j] = at<std::uint16_t>(a.k, tok * a.k_stride_t + kvh * a.k_stride_h);
+        vrows[j] = at<std::uint16_t>(a.v, tok * a.v_stride_t + kvh * a.v_stride_h);
+      }
+    }
+    pack_k(krows, dim, sc.kb.data());
+    pack_v(vrows, dim_v, sc.vb.data());
+    qk_tiles(sc.q.data(), nqr_pad, dim, sc.kb.data(), sc.s.data());
+    for (std::int64_t r = 0; r < nqr; ++r) {
+      const std::int64_t qpos = prefix + m0 + r / group;  // the row's position
+      const std::int64_t vis_lo = window > 0 ? qpos - window + 1 : 0;
+      const std::int64_t vis_end = a.causal ? qpos + 1 : len;
+      const std::int64_t lo = std::clamp<std::int64_t>(vis_lo - p0, 0, nb);
+      const std::int64_t hi = std::clamp<std::int64_t>(vis_end - p0, lo, nb);
+      const float alpha =
+          softmax_row(sc.s.data() + r * kN, lo, hi, a.sm_scale, a.logit_cap, &sc.m[r], &sc.l[r],
+                      sc.phi.data() + r * kN, sc.plo.data() + r * kN);
+      if (alpha != 1.0f) {
+        float* orow = sc.o.data() + r * dim_v;
+        const __m512 k = _mm512_set1_ps(alpha);
+        for (std::int64_t i = 0; i < dim_v; i += 16)
+          _mm512_storeu_ps(orow + i, _mm512_mul_ps(_mm512_loadu_ps(orow + i), k));
+      }
+    }
+    pv_tiles(sc.phi.data(), sc.plo.data(), nqr_pad, sc.vb.data(), dim_v, sc.o.data());
+  }
+  store_rows<bf16>(a, kvh, start + m0, nqr, sc.o.data(), sc.m.data(), sc.l.data());
+}
+
+}  // namespace amx
+#endif  // RVVK_AMX
 
 }  // namespace
 
 void extend_attention(const ExtendAttentionArgs& a, std::int64_t task_begin,
                       std::int64_t task_end) {
+#if defined(RVVK_AMX)
+  if (a.dtype == DType::kBF16 && a.cache.dtype == DType::kBF16 && amx::eligible(a)) {
+    const amx::Tiles tiles;
+    for (std::int64_t t = task_begin; t < task_end; ++t) amx::task(a, t);
+    return;
+  }
+#endif
   detail::visit_activation(a.dtype, [&](auto act) {
     detail::visit_cache(a.cache.dtype, [&](auto kv) {
       for (std::int64_t t = task_begin; t < task_end; ++t)

@@ -12,6 +12,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#endif
 
 namespace rvvk {
 namespace {
@@ -89,6 +96,30 @@ CpuInfo detect() {
 
 #elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
+// AMX-BF16 and AVX512-BF16 in the CPU, the tile state enabled by the OS
+// (XCR0 bits 17 and 18), and - on Linux, where a process must ask before its
+// first tile instruction or it gets SIGILL - the tile data permission granted
+// to this process (arch_prctl ARCH_REQ_XCOMP_PERM; process-wide, idempotent).
+bool detect_amx_bf16() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool amx_tile = (d >> 24) & 1, amx_bf16 = (d >> 22) & 1;
+  if (!amx_tile || !amx_bf16 || a < 1) return false;
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1)) return false;  // AVX512-BF16
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return false;           // OSXSAVE
+  unsigned lo, hi;
+  asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  constexpr unsigned kXtileCfg = 1u << 17, kXtileData = 1u << 18;
+  if ((lo & (kXtileCfg | kXtileData)) != (kXtileCfg | kXtileData)) return false;
+#if defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtileData = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
+#else
+  return false;
+#endif
+}
+
 CpuInfo detect() {
   CpuInfo info;
   info.source = "cpuid";
@@ -96,6 +127,7 @@ CpuInfo detect() {
   // The compiler's runtime also checks (XGETBV) that the OS saves the AVX-512 state.
   info.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  info.amx_bf16 = info.avx512 && detect_amx_bf16();
   return info;
 }
 

@@ -31,6 +31,11 @@ namespace v_x86_avx512 {
 #include "rvvk/kernels.def"
 }
 #endif
+#if RVVK_HAVE_x86_amx
+namespace v_x86_amx {
+#include "rvvk/kernels.def"
+}
+#endif
 #undef RVVK_KERNEL
 
 namespace {
@@ -72,6 +77,13 @@ const Table kTables[] = {
     },
 #undef RVVK_TABLE_NS
 #endif
+#if RVVK_HAVE_x86_amx
+#define RVVK_TABLE_NS v_x86_amx
+    Table{"x86_amx",
+#include "rvvk/kernels.def"
+    },
+#undef RVVK_TABLE_NS
+#endif
 };
 #undef RVVK_KERNEL
 
@@ -83,6 +95,7 @@ bool runnable(const Table& t) {
   if (std::strcmp(t.name, "rvv") == 0) return cpu.has_v;
   if (std::strcmp(t.name, "rvv_zvfh") == 0) return cpu.has_v && cpu.zvfh;
   if (std::strcmp(t.name, "x86_avx512") == 0) return cpu.avx512;
+  if (std::strcmp(t.name, "x86_amx") == 0) return cpu.avx512 && cpu.amx_bf16;
   return false;
 }
 

@@ -219,6 +219,8 @@ struct CpuInfo {
   bool zvfhmin = false;      // fp16 vector conversions
   bool zvfbfmin = false;     // bf16 vector conversions
   bool avx512 = false;       // x86-64: AVX-512 F, BW, VL and DQ usable (CPU and OS)
+  bool amx_bf16 = false;     // x86-64: AMX tiles with bf16 dot products and AVX512-BF16
+                             // usable (CPU, OS, and this process allowed the tile data)
   const char* source = "";   // where the extension bits came from: "hwprobe", "cpuinfo",
                              // "cpuid" (x86-64), "none"
 };
