@@ -431,21 +431,44 @@ void store_rows(const ExtendAttentionArgs& a, std::int64_t kvh, std::int64_t tok
   }
 }
 
-template <class T, class TKV>
-void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
+// What a task (request, KV head, block of query tokens) covers. A task past
+// its request's extend is a no-op (locate returns false).
+struct TaskSpan {
+  std::int64_t b, kvh, m0, rows;  // request, KV head, first / number of its tokens
+  std::int64_t len, prefix, start, group, nqr, req;
+  std::int64_t pos_lo, pos_end;   // key positions seen by at least one query row
+  // Element offset of query row qr = token * group + head in a.q.
+  std::int64_t q_offset(const ExtendAttentionArgs& a, std::int64_t qr) const {
+    return (start + m0 + qr / group) * a.q_stride_t + (kvh * group + qr % group) * a.q_stride_h;
+  }
+};
+
+bool locate(const ExtendAttentionArgs& a, std::int64_t task, TaskSpan& t) {
   const std::int64_t hkv = a.num_kv_heads;
   const std::int64_t mblocks = (a.max_extend_len + kBlockM - 1) / kBlockM;
-  const std::int64_t b = task / (hkv * mblocks);
-  const std::int64_t kvh = (task / mblocks) % hkv;
-  const std::int64_t m0 = (task % mblocks) * kBlockM;
-  const std::int64_t ext = a.extend_seq_lens[b];
-  if (m0 >= ext) return;
-  const std::int64_t rows = std::min(kBlockM, ext - m0);
-  const std::int64_t len = a.seq_lens[b];
-  const std::int64_t prefix = len - ext;
-  const std::int64_t start = a.extend_start_loc[b];
-  const std::int64_t group = a.num_heads / hkv;
-  const std::int64_t nqr = rows * group;
+  t.b = task / (hkv * mblocks);
+  t.kvh = (task / mblocks) % hkv;
+  t.m0 = (task % mblocks) * kBlockM;
+  const std::int64_t ext = a.extend_seq_lens[t.b];
+  if (t.m0 >= ext) return false;
+  t.rows = std::min(kBlockM, ext - t.m0);
+  t.len = a.seq_lens[t.b];
+  t.prefix = t.len - ext;
+  t.start = a.extend_start_loc[t.b];
+  t.group = a.num_heads / hkv;
+  t.nqr = t.rows * t.group;
+  t.req = a.req_pool_indices[t.b];
+  t.pos_lo = a.window > 0 ? std::max<std::int64_t>(0, t.prefix + t.m0 - a.window + 1) : 0;
+  t.pos_end = a.causal ? t.prefix + t.m0 + t.rows : t.len;
+  return true;
+}
+
+template <class T, class TKV>
+void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
+  TaskSpan ts;
+  if (!locate(a, task, ts)) return;
+  const std::int64_t kvh = ts.kvh, m0 = ts.m0, rows = ts.rows, prefix = ts.prefix;
+  const std::int64_t start = ts.start, group = ts.group, nqr = ts.nqr;
   const std::int64_t dim = a.head_dim, dim_v = a.head_dim_v;
   const std::int64_t window = a.window;
 
@@ -463,10 +486,7 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
   // q rows -> fp32 * sm_scale: in rows qn[qr][d] for the dot-product path,
   // else transposed into qt[d][qr], four rows at a time.
   const bool transposed = use_transposed_q(nqr, dim);
-  auto q_row = [&](std::int64_t r) {
-    return at<T>(a.q, (start + m0 + r / group) * a.q_stride_t +
-                          (kvh * group + r % group) * a.q_stride_h);
-  };
+  auto q_row = [&](std::int64_t r) { return at<T>(a.q, ts.q_offset(a, r)); };
   float* qt = sc.qt.data();
   if (!transposed) {
     for (std::int64_t r = 0; r < nqr; ++r) convert_row(qt + r * dim, q_row(r), dim, a.sm_scale);
@@ -509,19 +529,14 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
     }
   }
 
-  // Key positions seen by at least one query row of the block.
-  const std::int64_t pos_lo =
-      window > 0 ? std::max<std::int64_t>(0, prefix + m0 - window + 1) : 0;
-  const std::int64_t pos_end = a.causal ? prefix + m0 + rows : len;
-
   const KvCache& c = a.cache;
   constexpr bool kPerToken = std::is_same_v<TKV, std::int8_t>;
-  const std::int64_t req = a.req_pool_indices[b];
+  const std::int64_t req = ts.req;
   float* s = sc.s.data();
   float* kc = sc.kc.data();
   float* vc = sc.vc.data();
-  for (std::int64_t p0 = pos_lo; p0 < pos_end; p0 += kBlockN) {
-    const std::int64_t nb = std::min(kBlockN, pos_end - p0);
+  for (std::int64_t p0 = ts.pos_lo; p0 < ts.pos_end; p0 += kBlockN) {
+    const std::int64_t nb = std::min(kBlockN, ts.pos_end - p0);
     // K / V rows of the block in fp32, scales folded in.
     const std::int64_t n_cached = std::clamp<std::int64_t>(prefix - p0, 0, nb);
     for (std::int64_t j = 0; j < n_cached; ++j) {
@@ -763,25 +778,6 @@ void pv_tiles(const std::uint16_t* phi, const std::uint16_t* plo, std::int64_t n
     }
 }
 
-// exp(x) for x <= 0 (scores minus their max): the vector layer's reduction
-// and polynomial, the power of two by scalef; x < -87.33 gives exactly 0 (no
-// subnormal results: those would cost microcode assists).
-inline __m512 exp_nonpos(__m512 x) {
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_GE_OQ);
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  return _mm512_maskz_scalef_ps(keep, y, n);
-}
-
 // Lanes [lo, hi) of the 16 at 16 * i, as a mask.
 inline __mmask16 lanes_in(std::int64_t lo, std::int64_t hi, int i) {
   auto bits = [](std::int64_t n) {
@@ -800,13 +796,13 @@ inline float softmax_row(const float* s, std::int64_t lo, std::int64_t hi, float
   const __m512 masked = _mm512_set1_ps(kMasked);
   const __m512 scale = _mm512_set1_ps(sm_scale);
   const bool whole = lo == 0 && hi == kN;
+  const __m512 inv_cap = _mm512_set1_ps(cap > 0.0f ? 1.0f / cap : 0.0f);
   __m512 x[kZ];
   __m512 mx = _mm512_set1_ps(*m);
   for (int i = 0; i < kZ; ++i) {
     __m512 v = _mm512_mul_ps(_mm512_loadu_ps(s + 16 * i), scale);
     if (cap > 0.0f) {
-      v = _mm512_mul_ps(vec::avx512::tanh(_mm512_mul_ps(v, _mm512_set1_ps(1.0f / cap))),
-                        _mm512_set1_ps(cap));
+      v = _mm512_mul_ps(vec::avx512::tanh(_mm512_mul_ps(v, inv_cap)), _mm512_set1_ps(cap));
     }
     x[i] = whole ? v : _mm512_mask_blend_ps(lanes_in(lo, hi, i), masked, v);
     mx = _mm512_max_ps(mx, x[i]);
@@ -817,8 +813,8 @@ inline float softmax_row(const float* s, std::int64_t lo, std::int64_t hi, float
   const __m512i top = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   __m512 sum = _mm512_setzero_ps();
   for (int i = 0; i < kZ; i += 2) {
-    const __m512 p0 = exp_nonpos(_mm512_sub_ps(x[i], mv));
-    const __m512 p1 = exp_nonpos(_mm512_sub_ps(x[i + 1], mv));
+    const __m512 p0 = vec::avx512::exp(_mm512_sub_ps(x[i], mv));
+    const __m512 p1 = vec::avx512::exp(_mm512_sub_ps(x[i + 1], mv));
     // hi: p truncated to bf16 (exact in bf16), lo = p - hi (exact in fp32) rounded.
     const __m512 h0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(p0), top));
     const __m512 h1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(p1), top));
@@ -839,20 +835,11 @@ bool eligible(const ExtendAttentionArgs& a) {
          a.cache.v_scale == 1.0f;
 }
 
-void task(const ExtendAttentionArgs& a, std::int64_t t) {
-  const std::int64_t hkv = a.num_kv_heads;
-  const std::int64_t mblocks = (a.max_extend_len + kBlockM - 1) / kBlockM;
-  const std::int64_t b = t / (hkv * mblocks);
-  const std::int64_t kvh = (t / mblocks) % hkv;
-  const std::int64_t m0 = (t % mblocks) * kBlockM;
-  const std::int64_t ext = a.extend_seq_lens[b];
-  if (m0 >= ext) return;
-  const std::int64_t rows = std::min(kBlockM, ext - m0);
-  const std::int64_t len = a.seq_lens[b];
-  const std::int64_t prefix = len - ext;
-  const std::int64_t start = a.extend_start_loc[b];
-  const std::int64_t group = a.num_heads / hkv;
-  const std::int64_t nqr = rows * group;
+void task(const ExtendAttentionArgs& a, std::int64_t task) {
+  TaskSpan ts;
+  if (!locate(a, task, ts)) return;
+  const std::int64_t kvh = ts.kvh, m0 = ts.m0, len = ts.len, prefix = ts.prefix;
+  const std::int64_t start = ts.start, group = ts.group, nqr = ts.nqr;
   const std::int64_t nqr_pad = (nqr + kR - 1) / kR * kR;
   const std::int64_t dim = a.head_dim, dim_v = a.head_dim_v;
   const std::int64_t window = a.window;
@@ -868,20 +855,16 @@ void task(const ExtendAttentionArgs& a, std::int64_t t) {
   sc.m.assign(static_cast<std::size_t>(nqr), kMinit);
   sc.l.assign(static_cast<std::size_t>(nqr), 0.0f);
   for (std::int64_t r = 0; r < nqr; ++r) {
-    const auto* src = at<std::uint16_t>(a.q, (start + m0 + r / group) * a.q_stride_t +
-                                                 (kvh * group + r % group) * a.q_stride_h);
-    std::memcpy(sc.q.data() + r * dim, src, static_cast<std::size_t>(dim) * 2);
+    std::memcpy(sc.q.data() + r * dim, at<std::uint16_t>(a.q, ts.q_offset(a, r)),
+                static_cast<std::size_t>(dim) * 2);
   }
 
-  const std::int64_t pos_lo =
-      window > 0 ? std::max<std::int64_t>(0, prefix + m0 - window + 1) : 0;
-  const std::int64_t pos_end = a.causal ? prefix + m0 + rows : len;
   const KvCache& c = a.cache;
-  const std::int64_t req = a.req_pool_indices[b];
+  const std::int64_t req = ts.req;
   const std::uint16_t* krows[kN];
   const std::uint16_t* vrows[kN];
-  for (std::int64_t p0 = pos_lo; p0 < pos_end; p0 += kN) {
-    const std::int64_t nb = std::min(kN, pos_end - p0);
+  for (std::int64_t p0 = ts.pos_lo; p0 < ts.pos_end; p0 += kN) {
+    const std::int64_t nb = std::min(kN, ts.pos_end - p0);
     for (std::int64_t j = 0; j < kN; ++j) {
       const std::int64_t pos = p0 + j;
       if (j >= nb) {
