@@ -2,9 +2,11 @@
 //
 // Stage 1, per (request, KV head, split): the query heads of the KV head's
 // group are handled together so each K and V row is loaded once per group of
-// up to kMaxGroup heads. Keys are taken in blocks of kBlock: scores for the
-// block (q . k, one vector reduction per key and head), optional tanh logit
-// cap, online softmax (vector exp), then P.V accumulated in fp32.
+// up to 4 heads. Keys are taken in blocks of kBlock: scores for the block
+// (q . k, one vector reduction per key and head), optional tanh logit cap,
+// online softmax (vector exp), then P.V accumulated in fp32. On x86 (AVX-512)
+// the two products have their own forms (namespace x86 below): K and V
+// converted once per key for all heads, scores reduced 16 keys at a time.
 // Stage 2 merges the splits with their log-sum-exp and the optional sink.
 #include <algorithm>
 #include <cmath>
@@ -25,14 +27,6 @@ namespace {
 using F = vec::F32<4>;
 constexpr std::int64_t kBlock = 64;  // keys per block
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-struct Scratch {
-  std::vector<float> q, acc, scores, m, l;
-};
-Scratch& scratch() {
-  thread_local Scratch s;
-  return s;
-}
 
 using detail::at;
 using detail::cache_row;
@@ -132,6 +126,124 @@ void for_head_groups(std::int64_t heads, Fn&& fn) {
   }
 }
 
+#if defined(RVVK_VEC_AVX512)
+// The block's two products on AVX-512 (both x86 variants). The generic forms
+// above reduce every (key, head) dot product on its own and convert each K and
+// V row once per group of <= 4 heads; here:
+// - K: 16 keys at a time, their rows are converted to fp32 once (zero-padded to
+//   a multiple of 16 dims, 16 dims of the 16 keys side by side) into an L1
+//   scratch; then per head one accumulator per key (16 FMAs per q vector) and
+//   one 16-to-1 transpose-add (45 instructions) for the 16 scores;
+// - V: the accumulators of up to 8 heads x 32 dims stay in registers while each
+//   V row is converted once and multiplied into all of them.
+namespace x86 {
+using vec::avx512::ld;
+using vec::avx512::lanes;
+using vec::avx512::st;
+
+// Lane j (0 <= j < 16) of the result is the sum of the lanes of a[j].
+RVVK_ALWAYS_INLINE inline __m512 sum16(const __m512* a) {
+  __m512 b[8], c[4];
+  for (int i = 0; i < 8; ++i)  // per 128-bit lane: a[2i]: lanes 0,2; a[2i+1]: 1,3
+    b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                         _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+  for (int i = 0; i < 4; ++i) {  // per 128-bit lane: keys 4i..4i+3, in order
+    const __m512d x = _mm512_castps_pd(b[2 * i]), y = _mm512_castps_pd(b[2 * i + 1]);
+    c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  constexpr int kEven = _MM_SHUFFLE(2, 0, 2, 0), kOdd = _MM_SHUFFLE(3, 1, 3, 1);
+  const __m512 d0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], kEven),
+                                  _mm512_shuffle_f32x4(c[0], c[1], kOdd));
+  const __m512 d1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], kEven),
+                                  _mm512_shuffle_f32x4(c[2], c[3], kOdd));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, kEven), _mm512_shuffle_f32x4(d0, d1, kOdd));
+}
+
+// scores[g * kBlock + j] = qf[g] . k_j for all `group` heads, 16 keys at a time;
+// prefetches pf's rows (key j: pf's row j) along the way. kf: scratch.
+template <class TK>
+void qk_block(const float* qf, std::int64_t dim, std::int64_t group, const TK* const* krows,
+              std::int64_t nb, float* scores, const Prefetch<TK>& pf, std::vector<__m512>& kf) {
+  const std::int64_t dv = (dim + 15) / 16;  // zmm per padded row
+  if (static_cast<std::int64_t>(kf.size()) < 16 * dv) kf.resize(static_cast<std::size_t>(16 * dv));
+  __m512* const rows = kf.data();  // 16 dims of the 16 keys side by side: rows[i * 16 + j]
+  for (std::int64_t c0 = 0; c0 < nb; c0 += 16) {
+    const std::int64_t n = std::min<std::int64_t>(16, nb - c0);
+    for (std::int64_t j = 0; j < n; ++j) {
+      if (c0 + j < pf.n) {
+        detail::prefetch(pf.k[c0 + j], pf.k_bytes);
+        detail::prefetch(pf.v[c0 + j], pf.v_bytes);
+      }
+      const TK* k = krows[c0 + j];
+      for (std::int64_t i = 0; i < dv; ++i)
+        rows[i * 16 + j] = ld(k + 16 * i, lanes(static_cast<std::size_t>(dim - 16 * i), 0));
+    }
+    for (std::int64_t j = n; j < 16; ++j)
+      for (std::int64_t i = 0; i < dv; ++i) rows[i * 16 + j] = _mm512_setzero_ps();
+    for (std::int64_t g = 0; g < group; ++g) {
+      const float* q = qf + g * dim;
+      const __m512* kc = rows;
+      __m512 acc[16];
+      for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
+      for (std::int64_t i = 0; i < dv; ++i, kc += 16) {
+        const __m512 qv = ld(q + 16 * i, lanes(static_cast<std::size_t>(dim - 16 * i), 0));
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(kc[j], qv, acc[j]);
+      }
+      st(scores + g * kBlock + c0, sum16(acc), lanes(static_cast<std::size_t>(n), 0));
+    }
+  }
+}
+
+// acc[g] += sum_j p[g, j] * v_j for heads g0 <= g < g0 + NG, 32 dims at a time.
+template <int NG, class TV>
+void pv_heads(float* acc, std::int64_t dim_v, const TV* const* vrows, std::int64_t nb,
+              const float* p, std::int64_t g0) {
+  float* c = acc + g0 * dim_v;
+  const float* p0 = p + g0 * kBlock;
+  for (std::int64_t i = 0; i < dim_v; i += 32) {
+    const __mmask16 m0 = lanes(static_cast<std::size_t>(dim_v - i), 0);
+    const __mmask16 m1 = lanes(static_cast<std::size_t>(dim_v - i), 1);
+    __m512 a0[NG], a1[NG];
+    for (int g = 0; g < NG; ++g) {
+      a0[g] = ld(c + g * dim_v + i, m0);
+      a1[g] = ld(c + g * dim_v + i + 16, m1);
+    }
+    for (std::int64_t j = 0; j < nb; ++j) {
+      const __m512 v0 = ld(vrows[j] + i, m0), v1 = ld(vrows[j] + i + 16, m1);
+      for (int g = 0; g < NG; ++g) {
+        const __m512 pj = _mm512_set1_ps(p0[g * kBlock + j]);
+        a0[g] = _mm512_fmadd_ps(pj, v0, a0[g]);
+        a1[g] = _mm512_fmadd_ps(pj, v1, a1[g]);
+      }
+    }
+    for (int g = 0; g < NG; ++g) {
+      st(c + g * dim_v + i, a0[g], m0);
+      if (m1) st(c + g * dim_v + i + 16, a1[g], m1);
+    }
+  }
+}
+
+template <class TV>
+void pv_block(float* acc, std::int64_t dim_v, std::int64_t group, const TV* const* vrows,
+              std::int64_t nb, const float* p) {
+  std::int64_t g = 0;
+  for (; g + 8 <= group; g += 8) pv_heads<8>(acc, dim_v, vrows, nb, p, g);
+  switch (group - g) {
+    case 7: pv_heads<7>(acc, dim_v, vrows, nb, p, g); break;
+    case 6: pv_heads<6>(acc, dim_v, vrows, nb, p, g); break;
+    case 5: pv_heads<5>(acc, dim_v, vrows, nb, p, g); break;
+    case 4: pv_heads<4>(acc, dim_v, vrows, nb, p, g); break;
+    case 3: pv_heads<3>(acc, dim_v, vrows, nb, p, g); break;
+    case 2: pv_heads<2>(acc, dim_v, vrows, nb, p, g); break;
+    case 1: pv_heads<1>(acc, dim_v, vrows, nb, p, g); break;
+    default: break;
+  }
+}
+}  // namespace x86
+#endif  // RVVK_VEC_AVX512
+
 void scale_row(float* x, std::int64_t n, float s) {
   for (std::int64_t i = 0; i < n;) {
     const std::size_t vl = F::setvl(static_cast<std::size_t>(n - i));
@@ -170,6 +282,17 @@ float softmax_block(float* s, std::int64_t nb, float cap, float& m, float& l) {
   l = l * alpha + sum;
   m = m_new;
   return alpha;
+}
+
+struct Scratch {
+  std::vector<float> q, acc, scores, m, l;
+#if defined(RVVK_VEC_AVX512)
+  std::vector<__m512> kf;  // 16 keys' K rows in fp32 (x86::qk_block)
+#endif
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
 }
 
 template <class TQ, class TKV>
@@ -244,10 +367,14 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
         detail::prefetch(vrows[j], pf.v_bytes);
       }
     }
+#if defined(RVVK_VEC_AVX512)
+    x86::qk_block(sc.q.data(), dim, group, krows, nb, sc.scores.data(), pf, sc.kf);
+#else
     for_head_groups(group, [&](auto ng, std::int64_t g0) {
       qk_heads<decltype(ng)::value>(sc.q.data(), dim, krows, nb, sc.scores.data(), g0,
                                     g0 == 0 ? &pf : nullptr);
     });
+#endif
     for (std::int64_t g = 0; g < group; ++g) {
       float* s = sc.scores.data() + g * kBlock;
       if constexpr (kPerToken) mul_rows(s, kscale, nb);
@@ -256,9 +383,13 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
       if constexpr (kPerToken) mul_rows(s, vscale, nb);
       if (alpha != 1.0f) scale_row(sc.acc.data() + g * dim_v, dim_v, alpha);
     }
+#if defined(RVVK_VEC_AVX512)
+    x86::pv_block(sc.acc.data(), dim_v, group, vrows, nb, sc.scores.data());
+#else
     for_head_groups(group, [&](auto ng, std::int64_t g0) {
       pv_heads<decltype(ng)::value>(sc.acc.data(), dim_v, vrows, nb, sc.scores.data(), g0);
     });
+#endif
   }
 
   for (std::int64_t g = 0; g < group; ++g) {

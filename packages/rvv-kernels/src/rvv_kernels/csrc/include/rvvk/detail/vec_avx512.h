@@ -237,7 +237,7 @@ struct F32 {
     for (int i = 0; i < R; ++i) acc.r[i] = _mm512_fmadd_ps(k, b.r[i], acc.r[i]);
     return acc;
   }
-  static float reduce_sum(V v, std::size_t vl) {
+  RVVK_ALWAYS_INLINE static float reduce_sum(V v, std::size_t vl) {
     if (vl == N) {
       for (int w = R / 2; w > 0; w /= 2)
         for (int i = 0; i < w; ++i) v.r[i] = _mm512_add_ps(v.r[i], v.r[i + w]);
@@ -247,7 +247,7 @@ struct F32 {
     for (int i = 1; i < R; ++i) acc = _mm512_mask_add_ps(acc, avx512::lanes(vl, i), acc, v.r[i]);
     return _mm512_reduce_add_ps(acc);
   }
-  static float reduce_max(V v, std::size_t vl) {
+  RVVK_ALWAYS_INLINE static float reduce_max(V v, std::size_t vl) {
     const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
     __m512 acc = _mm512_mask_mov_ps(ninf, avx512::lanes(vl, 0), v.r[0]);
     for (int i = 1; i < R; ++i) acc = _mm512_mask_max_ps(acc, avx512::lanes(vl, i), acc, v.r[i]);
@@ -286,7 +286,7 @@ struct F32 {
   }
 
   template <class T>
-  static V load(const T* p, std::size_t vl) {
+  RVVK_ALWAYS_INLINE static V load(const T* p, std::size_t vl) {
     V r;
     if (vl == N) {  // whole vectors: no mask arithmetic
       for (int i = 0; i < R; ++i) r.r[i] = avx512::ld(p + 16 * i, avx512::kAll);
@@ -296,7 +296,7 @@ struct F32 {
     return r;
   }
   template <class T>
-  static void store(T* p, V v, std::size_t vl) {
+  RVVK_ALWAYS_INLINE static void store(T* p, V v, std::size_t vl) {
     if (vl == N) {
       for (int i = 0; i < R; ++i) avx512::st(p + 16 * i, v.r[i], avx512::kAll);
       return;
