@@ -323,12 +323,18 @@ We have no RISC-V board. Every number here is a proxy:
 - **Where the x86 kernels stand, and why.** Decode reads each request's K/V rows from
   wherever the allocator put them (random rows here, as in a long-running server): 256-byte
   pieces the hardware prefetchers cannot predict, so the kernel prefetches the next block's
-  rows itself. It is not bandwidth-bound yet: with the whole cache of one request in the
-  CPU's caches (batch 1, context 2048: 2 MB of K/V) it still reads only ~6.7 GB/s, so its
-  own instructions bound it - per key and query head one horizontal reduction of the q.k
-  vector, and the K and V rows converted from bf16 once per group of up to 4 query heads
-  (twice for Qwen's 6) - the same code that is lean on RVV, where reductions are single
-  instructions. Extend is compute-bound. With AMX the kernels' two
+  rows itself. On x86 its two products have their own AVX-512 forms (each K and V row
+  converted once for all of a group's heads, the q.k sums of 16 keys reduced by one
+  transpose-add instead of one horizontal reduction per key and head, which made the
+  generic form compute-bound here). It is still not bandwidth-bound: on one thread, a
+  batch-16 / context-2048 call over randomly placed rows takes ~5.3 ms, about twice what
+  the same number of keys costs when they sit in the CPU's caches (~2.9 ms, scaled from a
+  batch-1 / context-512 call), while random 256-byte
+  reads of a 16 MB buffer alone run at 11-16 GB/s on one core here - the row waits and the
+  arithmetic do not overlap well. A prefetch distance of 2 or 3 blocks and prefetches spread
+  evenly over the block's arithmetic (tried) did not help; TLB reach (4 KB pages, THP only
+  on request on this VM) is a suspect not confirmed without performance counters.
+  Extend is compute-bound. With AMX the kernels' two
   matrix products run on the tiles like torch's, but keep more precision than torch's bf16
   SDPA: the probabilities go to the tiles as two bf16 parts (hi + lo, twice the P.V tile
   work) so the result matches the fp32 path within its test tolerance, and the online
