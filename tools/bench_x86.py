@@ -253,6 +253,10 @@ def make_pools(sg: dict[str, Any], batch: int, context: int, seed: int) -> Pools
     v_buf: torch.Tensor = kv.get_value_buffer(0)
     k_buf.copy_(torch.randn(k_buf.shape, generator=gen).to(KV_DTYPE))
     v_buf.copy_(torch.randn(v_buf.shape, generator=gen).to(KV_DTYPE))
+    # As the rvv backend does at start-up (SGLANG_RVV_HUGE_PAGES); every impl reads these.
+    import rvv_attention as ra
+
+    ra.advise_huge_pages(k_buf, v_buf)
     layer = sg["RadixAttention"](
         num_heads=HQ, head_dim=HEAD_DIM, scaling=HEAD_DIM**-0.5, num_kv_heads=HKV, layer_id=0
     )
@@ -581,6 +585,9 @@ def method(opts: Options) -> dict[str, Any]:
         "each impl)); 'samples' holds every timed call",
         "statistic": "median of the timed calls; implementations interleaved call by call",
         "cold_cache": f"decode: {opts.flush_bytes >> 20} MiB written before each timed call",
+        "kv_pages": "the pool's K/V buffers on 2 MiB pages where the kernel allows "
+        "(rvv_attention.advise_huge_pages, which sglang-rvv's backend applies to the KV pool at "
+        "start-up); every impl reads the same buffers",
         "ratio_vs_torch_native": "torch_native median / impl median (> 1: faster)",
         "bandwidth_fraction": "decode: batch*context*kv_heads*(head_dim+v_head_dim)*2 bytes "
         "/ median_s / copy bandwidth",

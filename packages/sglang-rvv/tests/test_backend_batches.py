@@ -973,3 +973,44 @@ def test_cpu_graph_hooks_match_eager(dtype, impl):
         assert torch.equal(out, out2)
         results.append(out[:3])
     torch.testing.assert_close(results[1], results[0], atol=0, rtol=0)
+
+
+# ------------------------------------------------------------------ KV cache pages
+
+
+def _whole_pages(t: torch.Tensor) -> int:
+    s = t.untyped_storage()
+    page = 2 << 20
+    return max(0, (s.data_ptr() + s.nbytes()) // page * page - -(-s.data_ptr() // page) * page)
+
+
+@pytest.mark.parametrize("swa", [False, True], ids=["mha", "swa"])
+def test_backend_puts_kv_cache_on_huge_pages(swa, monkeypatch):
+    """At construction the backend asks for 2 MiB pages under every K/V buffer of the pool
+    (and of SWA's sub-pools) - decode reads rows at random, so 4 KiB pages cost a TLB miss
+    per row; the contents stay as they were. SGLANG_RVV_HUGE_PAGES=0 leaves them alone."""
+    from rvv_attention._hugepages import huge_bytes, thp_mode
+    from sglang_rvv.backend import ENV_HUGE_PAGES, kv_buffers
+
+    kw = geom(torch.bfloat16, d=128, size=20000, layer_num=2)
+    if swa:
+        kw["swa_layer_ids"] = (1,)
+    bench = Bench(**kw)
+    buffers = kv_buffers(bench.pool)
+    assert len(buffers) == 4, [tuple(b.shape) for b in buffers]  # K and V of 2 layers
+    for b in buffers:
+        b.copy_(torch.randn(b.shape, generator=bench.gen).to(b.dtype))
+    before = [b.clone() for b in buffers]
+
+    monkeypatch.setenv(ENV_HUGE_PAGES, "0")
+    RVVAttnBackend(bench.runner)
+    if thp_mode() == "madvise":  # torch does not ask for huge pages: nothing collapsed them
+        assert sum(huge_bytes(b) for b in buffers) == 0
+
+    monkeypatch.delenv(ENV_HUGE_PAGES)
+    RVVAttnBackend(bench.runner)
+    for b, want in zip(buffers, before, strict=True):
+        assert torch.equal(b, want)
+        # this machine (Linux 6.1+, THP madvise/always) collapses every whole 2 MiB page
+        assert thp_mode() in ("madvise", "always")
+        assert huge_bytes(b) >= _whole_pages(b) > 0, (huge_bytes(b), _whole_pages(b))

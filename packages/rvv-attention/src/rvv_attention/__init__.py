@@ -15,6 +15,7 @@ where they can run, else a batched torch-native fallback, with the reason logged
     ra.select("decode", q_dtype=..., kv_dtype=..., head_dim=...)   # what would run, and why
     ra.capabilities()                     # CPU features and the kernel build
     ra.call_counts()                      # {"decode:kernel": n, ...} in this process
+    ra.advise_huge_pages(k_buffer, v_buffer)   # KV cache on 2 MiB pages (Linux THP)
 
 ``RVV_ATTENTION_IMPL=auto|kernel|fallback`` overrides the choice. See the README.
 """
@@ -26,6 +27,7 @@ import threading
 from rvv_attention._api import attention, call_counts, decode, extend
 from rvv_attention._cache import KVCache, quantize_int8
 from rvv_attention._capabilities import Capabilities, detect
+from rvv_attention._hugepages import HugePages, advise_huge_pages
 from rvv_attention._scratch import ScratchPool, num_splits, scratch
 from rvv_attention._select import (
     ENV_IMPL,
@@ -67,12 +69,14 @@ __all__ = [
     "ENV_IMPL",
     "FEATURES",
     "Capabilities",
+    "HugePages",
     "Implementation",
     "KVCache",
     "KernelUnavailableError",
     "ScratchPool",
     "Selection",
     "__version__",
+    "advise_huge_pages",
     "attention",
     "call_counts",
     "capabilities",

@@ -18,6 +18,7 @@ only translates SGLang's ``ForwardBatch`` / ``RadixAttention`` into rvv-attentio
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 import rvv_attention as ra
@@ -35,6 +36,29 @@ if TYPE_CHECKING:
     from sglang.srt.model_executor.model_runner import ModelRunner
 
 logger = logging.getLogger("sglang_rvv")
+
+ENV_HUGE_PAGES = "SGLANG_RVV_HUGE_PAGES"
+"""Set to 0 to leave the KV cache on the pages torch gave it (see :func:`kv_buffers`)."""
+
+_KV_ATTRS = ("k_buffer", "v_buffer", "kv_buffer")
+_SUB_POOLS = ("full_kv_pool", "swa_kv_pool")
+
+
+def kv_buffers(pool: Any) -> list[torch.Tensor]:
+    """The CPU tensors holding a KV pool's K/V rows (``k_buffer``/``v_buffer``/``kv_buffer``
+    of the pool and of its full/SWA sub-pools), which the backend asks the kernel to back
+    with huge pages: decode reads them a row at a time at random, so on 4 KiB pages nearly
+    every row is a TLB miss."""
+    out: list[torch.Tensor] = []
+    for p in (pool, *(getattr(pool, n, None) for n in _SUB_POOLS)):
+        if p is None:
+            continue
+        for name in _KV_ATTRS:
+            v = getattr(p, name, None)
+            items = v if isinstance(v, (list, tuple)) else [v]
+            out += [t for t in items if isinstance(t, torch.Tensor) and t.device.type == "cpu"]
+    return out
+
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
@@ -77,6 +101,16 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
             caps.cores,
             caps.kernels,
         )
+        if os.environ.get(ENV_HUGE_PAGES, "1") != "0":
+            buffers = kv_buffers(self.token_to_kv_pool)
+            hp = ra.advise_huge_pages(*buffers)
+            logger.info(
+                "sglang-rvv: KV cache on 2 MiB pages: %d of %d MiB collapsed%s (%s=0 disables)",
+                hp.collapsed >> 20,
+                sum(b.untyped_storage().nbytes() for b in buffers) >> 20,
+                f"; {hp.reason}" if hp.reason else "",
+                ENV_HUGE_PAGES,
+            )
 
     # ---------------------------------------------------------------- metadata
 
