@@ -327,14 +327,15 @@ We have no RISC-V board. Every number here is a proxy:
   rows itself. On x86 its two products have their own AVX-512 forms (each K and V row
   converted once for all of a group's heads, the q.k sums of 16 keys reduced by one
   transpose-add instead of one horizontal reduction per key and head, which made the
-  generic form compute-bound here). It is still not bandwidth-bound: on one thread, a
-  batch-16 / context-2048 call over randomly placed rows takes ~5.3 ms, about twice what
-  the same number of keys costs when they sit in the CPU's caches (~2.9 ms, scaled from a
-  batch-1 / context-512 call), while random 256-byte
-  reads of a 16 MB buffer alone run at 11-16 GB/s on one core here - the row waits and the
-  arithmetic do not overlap well. A prefetch distance of 2 or 3 blocks and prefetches spread
-  evenly over the block's arithmetic (tried) did not help; TLB reach (4 KB pages, THP only
-  on request on this VM) is a suspect not confirmed without performance counters.
+  generic form compute-bound here). It is still not bandwidth-bound: on one thread and 4 KiB
+  pages, a batch-16 / context-2048 call over randomly placed rows took ~5.3 ms, about twice
+  what the same number of keys costs when they sit in the CPU's caches (~2.9 ms, scaled
+  from a batch-1 / context-512 call), while random 256-byte reads of a 16 MB buffer alone
+  run at 11-16 GB/s on one core here - the row waits and the arithmetic do not overlap well.
+  Part of the wait was TLB misses (a page-table walk per row, nested under the hypervisor):
+  the pools are now on 2 MiB pages (see the method), which made that call 20-45% faster -
+  and torch_native's decode faster too, so the ratio did not move. A prefetch distance of 2
+  or 3 blocks and prefetches spread evenly over the block's arithmetic (tried) did not help.
   Extend is compute-bound. With AMX the kernels' two
   matrix products run on the tiles like torch's, but keep more precision than torch's bf16
   SDPA: the probabilities go to the tiles as two bf16 parts (hi + lo, twice the P.V tile
