@@ -14,6 +14,10 @@ LINUX_COLLAPSE = platform.system() == "Linux" and tuple(
 ) >= (6, 1)
 
 
+# Not under an emulator: this file's x86-64 runs are native, its riscv64 runs are QEMU's.
+NATIVE = platform.machine() == "x86_64"
+
+
 def whole_pages(t: torch.Tensor) -> int:
     s = t.untyped_storage()
     lo = -(-s.data_ptr() // HUGE_PAGE) * HUGE_PAGE
@@ -27,11 +31,14 @@ def test_collapses_resident_pages_and_keeps_contents():
     r = ra.advise_huge_pages(t, t[7:], t.view(-1, 64)[3])  # views count once
     assert torch.equal(t, want)
     assert r.advised == whole_pages(t) > 0
-    if LINUX_COLLAPSE and thp_mode() in ("madvise", "always"):
+    # what it reports collapsed is on huge pages; whatever it did not collapse, it explains
+    assert huge_bytes(t) >= r.collapsed
+    assert r.collapsed == r.advised or r.reason, r
+    if NATIVE and LINUX_COLLAPSE and thp_mode() in ("madvise", "always"):
+        # natively on Linux 6.1+ with THP available (this project's machines) all of it
         assert r.collapsed == r.advised and r.reason == "", r
-        assert huge_bytes(t) >= r.collapsed
-    else:  # then it must say why not
-        assert r.collapsed == r.advised or r.reason, r
+    else:  # e.g. the riscv64 tests under QEMU user mode, which ignores the advice
+        assert r.collapsed == r.advised or "MADV_COLLAPSE" in r.reason or "THP" in r.reason, r
 
 
 def test_small_tensor_is_reported_not_advised():

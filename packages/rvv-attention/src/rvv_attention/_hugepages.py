@@ -116,6 +116,16 @@ def advise_huge_pages(*tensors: torch.Tensor) -> HugePages:
                 )
             else:
                 reasons.append(f"MADV_COLLAPSE failed: {os.strerror(err)}")
+    if collapsed:
+        # What the kernel says it did is checked against what the process's page tables
+        # show: an emulator (QEMU user mode) accepts the advice and ignores it.
+        shown = sum(_huge_in(start, start + length) for start, length in ranges)
+        if shown < collapsed:
+            reasons.append(
+                f"MADV_COLLAPSE succeeded but /proc/self/smaps shows {shown >> 20} of "
+                f"{collapsed >> 20} MiB on huge pages (e.g. under an emulator that ignores it)"
+            )
+            collapsed = shown
     mode = thp_mode()
     if mode == "never":
         reasons.append("the system's THP mode is 'never': pages faulted in later stay 4 KiB")
@@ -126,7 +136,11 @@ def huge_bytes(tensor: torch.Tensor) -> int:
     """Bytes of ``tensor``'s storage that sit on huge pages now (from /proc/self/smaps;
     0 where that file does not exist). For checks and diagnostics."""
     storage = tensor.untyped_storage()
-    lo, hi = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+    return _huge_in(storage.data_ptr(), storage.data_ptr() + storage.nbytes())
+
+
+def _huge_in(lo: int, hi: int) -> int:
+    """Bytes of [lo, hi) on huge pages per /proc/self/smaps (0 without that file)."""
     try:
         lines = Path("/proc/self/smaps").read_text().splitlines()
     except OSError:
