@@ -119,7 +119,7 @@ def advise_huge_pages(*tensors: torch.Tensor) -> HugePages:
     if collapsed:
         # What the kernel says it did is checked against what the process's page tables
         # show: an emulator (QEMU user mode) accepts the advice and ignores it.
-        shown = sum(_huge_in(start, start + length) for start, length in ranges)
+        shown = _huge_in([(start, start + length) for start, length in ranges])
         if shown < collapsed:
             reasons.append(
                 f"MADV_COLLAPSE succeeded but /proc/self/smaps shows {shown >> 20} of "
@@ -136,11 +136,12 @@ def huge_bytes(tensor: torch.Tensor) -> int:
     """Bytes of ``tensor``'s storage that sit on huge pages now (from /proc/self/smaps;
     0 where that file does not exist). For checks and diagnostics."""
     storage = tensor.untyped_storage()
-    return _huge_in(storage.data_ptr(), storage.data_ptr() + storage.nbytes())
+    return _huge_in([(storage.data_ptr(), storage.data_ptr() + storage.nbytes())])
 
 
-def _huge_in(lo: int, hi: int) -> int:
-    """Bytes of [lo, hi) on huge pages per /proc/self/smaps (0 without that file)."""
+def _huge_in(spans: list[tuple[int, int]]) -> int:
+    """Bytes of the disjoint address ranges [lo, hi) on huge pages per /proc/self/smaps
+    (read once; 0 without that file)."""
     try:
         lines = Path("/proc/self/smaps").read_text().splitlines()
     except OSError:
@@ -153,9 +154,10 @@ def _huge_in(lo: int, hi: int) -> int:
             a, b = head.split("-")
             cur = (int(a, 16), int(b, 16))
         elif head == "AnonHugePages:" and cur is not None:
-            start, end = max(cur[0], lo), min(cur[1], hi)
-            if end > start:
-                kb = int(line.split()[1]) * 1024
-                # the mapping's huge bytes, counted for the overlapping share of it
-                total += kb * (end - start) // (cur[1] - cur[0])
+            huge = int(line.split()[1]) * 1024
+            for lo, hi in spans:
+                start, end = max(cur[0], lo), min(cur[1], hi)
+                if end > start:
+                    # the mapping's huge bytes, counted for the overlapping share of it
+                    total += huge * (end - start) // (cur[1] - cur[0])
     return total
