@@ -35,6 +35,10 @@ struct Case {
   bool causal = true;
   bool r2t64 = false;
   bool scaled = false;  // per-tensor scales on a 16/32-bit cache (K 0.5, V 2)
+  // Run every task once over a cache holding other values first (the same
+  // shapes and rows on the same thread): nothing of that call may leak into
+  // the checked one (the x86_amx variant keeps packed key blocks per thread).
+  bool rerun = false;
 };
 
 // Fills `buf` with random values in [-range, range] that are exact in its
@@ -207,8 +211,16 @@ void run_case(rvvk_test::Context& ctx, const Case& c, std::uint64_t seed) {
   a.sinks = c.sinks ? sinks.data() : nullptr;
   a.causal = c.causal;
 
-  // Tasks in uneven ranges, last range first, as a thread pool might run them.
   const std::int64_t n = rvvk::extend_attention_tasks(a);
+  if (c.rerun) {
+    const std::vector<unsigned char> k_bytes = kc.bytes, v_bytes = vc.bytes;
+    fill_random(kc, rng, 1.0);
+    fill_random(vc, rng, 1.0);
+    rvvk::extend_attention(a, 0, n);
+    kc.bytes = k_bytes;
+    vc.bytes = v_bytes;
+  }
+  // Tasks in uneven ranges, last range first, as a thread pool might run them.
   const std::int64_t cut1 = n / 3, cut2 = std::max(cut1, n - 1);
   rvvk::extend_attention(a, cut2, n);
   rvvk::extend_attention(a, cut1, cut2);
@@ -422,6 +434,11 @@ RVVK_TEST(extend_attention_bf16_blocks) {
   run_case(ctx, Case{6, 3, 96, 64, reqs, DType::kBF16, DType::kBF16, 30.0f, 40, true, true, true},
            ++seed);
   run_case(ctx, Case{5, 5, 32, 32, reqs, DType::kBF16, DType::kBF16, 0, 1, false, true}, ++seed);
+  // The same tasks over other cache contents just before: one request and KV
+  // head, so every task of both calls reads the same whole block of 128 keys.
+  Case again{6, 1, 128, 128, {{200, 40}}, DType::kBF16, DType::kBF16};
+  again.rerun = true;
+  run_case(ctx, again, ++seed);
   // Per-tensor cache scales (the x86_amx variant leaves these to the fp32 path).
   run_case(ctx,
            Case{12, 2, 128, 128, reqs, DType::kBF16, DType::kBF16, 0, 0, false, true, false, true},

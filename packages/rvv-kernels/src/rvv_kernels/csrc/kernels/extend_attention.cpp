@@ -593,8 +593,9 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
 //    dims), padded with zero rows to a multiple of 32 rows; sm_scale applies
 //    to the fp32 scores, so q is not rounded again.
 //  - per block of 128 keys: K re-laid as B tiles in bf16 pairs (tile row i =
-//    dims 2i, 2i+1 of 16 keys: a 16 x 16 transpose of 32-bit pairs), then
-//    s[qr][key] = q . k in fp32 tiles of 16 rows x 16 keys;
+//    dims 2i, 2i+1 of 16 keys: a 16 x 16 transpose of 32-bit pairs; whole
+//    blocks once per call and thread for all the request's query blocks, see
+//    Packed), then s[qr][key] = q . k in fp32 tiles of 16 rows x 16 keys;
 //  - per row: scale, cap, mask (the visible keys of a row are contiguous), max,
 //    exp, sum; p goes to bf16 as hi + lo (hi = p truncated to bf16, lo =
 //    bf16(p - hi)), so P.V keeps ~16 bits of p and the result stays within the
@@ -642,6 +643,27 @@ Scratch& scratch() {
   thread_local Scratch s;
   return s;
 }
+
+// Whole key blocks of one (request, KV head), packed as B tiles once per call
+// and thread: the tasks of a request's query blocks follow each other on a
+// thread (a thread runs a contiguous range of tasks) and all read the same
+// key blocks, which packing from scattered cache rows made the costliest step
+// (a third of the time at batch 4 / context 2048). The last, partial block
+// of a task (its visible keys end inside it) is packed per task, with zero
+// rows past the end, as before. Reset by extend_attention on entry: the cache
+// changes between calls.
+struct Packed {
+  std::int64_t b = -1, kvh = -1;
+  std::vector<std::uint32_t> kb, vb;  // block j at j * kb_size / j * vb_size
+  std::vector<std::uint8_t> have;     // block j packed
+};
+Packed& packed() {
+  thread_local Packed p;
+  return p;
+}
+// Packed blocks kept per thread at most (32-bit words; 16 MiB): longer requests
+// pack per task.
+constexpr std::int64_t kMaxPackedWords = std::int64_t{4} << 20;
 
 // r[i] <- column i of the 16 x 16 matrix of 32-bit elements whose rows are r.
 inline void transpose16(__m512i r[16]) {
@@ -863,9 +885,26 @@ void task(const ExtendAttentionArgs& a, std::int64_t task) {
   const std::int64_t req = ts.req;
   const std::uint16_t* krows[kN];
   const std::uint16_t* vrows[kN];
-  for (std::int64_t p0 = ts.pos_lo; p0 < ts.pos_end; p0 += kN) {
+  // Key blocks start at multiples of kN (a whole block is the same for every
+  // task of the request); positions before a row's window are masked.
+  const std::int64_t kb_size = dim / 32 * (kN / 16) * 256, vb_size = kN / 32 * (dim_v / 16) * 256;
+  const std::int64_t whole = len / kN;
+  const bool reuse = whole * (kb_size + vb_size) <= kMaxPackedWords;
+  Packed& pk = packed();
+  if (reuse && (pk.b != ts.b || pk.kvh != kvh)) {
+    pk.b = ts.b;
+    pk.kvh = kvh;
+    pk.kb.resize(static_cast<std::size_t>(whole * kb_size));
+    pk.vb.resize(static_cast<std::size_t>(whole * vb_size));
+    pk.have.assign(static_cast<std::size_t>(whole), 0);
+  }
+  for (std::int64_t p0 = ts.pos_lo / kN * kN; p0 < ts.pos_end; p0 += kN) {
     const std::int64_t nb = std::min(kN, ts.pos_end - p0);
-    for (std::int64_t j = 0; j < kN; ++j) {
+    const std::size_t blk = static_cast<std::size_t>(p0 / kN);
+    const bool shared = reuse && nb == kN;
+    std::uint32_t* kb = shared ? pk.kb.data() + blk * kb_size : sc.kb.data();
+    std::uint32_t* vb = shared ? pk.vb.data() + blk * vb_size : sc.vb.data();
+    for (std::int64_t j = 0; j < kN && !(shared && pk.have[blk]); ++j) {
       const std::int64_t pos = p0 + j;
       if (j >= nb) {
         krows[j] = vrows[j] = nullptr;
@@ -879,9 +918,12 @@ void task(const ExtendAttentionArgs& a, std::int64_t task) {
         vrows[j] = at<std::uint16_t>(a.v, tok * a.v_stride_t + kvh * a.v_stride_h);
       }
     }
-    pack_k(krows, dim, sc.kb.data());
-    pack_v(vrows, dim_v, sc.vb.data());
-    qk_tiles(sc.q.data(), nqr_pad, dim, sc.kb.data(), sc.s.data());
+    if (!(shared && pk.have[blk])) {
+      pack_k(krows, dim, kb);
+      pack_v(vrows, dim_v, vb);
+      if (shared) pk.have[blk] = 1;
+    }
+    qk_tiles(sc.q.data(), nqr_pad, dim, kb, sc.s.data());
     for (std::int64_t r = 0; r < nqr; ++r) {
       const std::int64_t qpos = prefix + m0 + r / group;  // the row's position
       const std::int64_t vis_lo = window > 0 ? qpos - window + 1 : 0;
@@ -898,7 +940,7 @@ void task(const ExtendAttentionArgs& a, std::int64_t task) {
           _mm512_storeu_ps(orow + i, _mm512_mul_ps(_mm512_loadu_ps(orow + i), k));
       }
     }
-    pv_tiles(sc.phi.data(), sc.plo.data(), nqr_pad, sc.vb.data(), dim_v, sc.o.data());
+    pv_tiles(sc.phi.data(), sc.plo.data(), nqr_pad, vb, dim_v, sc.o.data());
   }
   store_rows<bf16>(a, kvh, start + m0, nqr, sc.o.data(), sc.m.data(), sc.l.data());
 }
@@ -913,6 +955,7 @@ void extend_attention(const ExtendAttentionArgs& a, std::int64_t task_begin,
 #if defined(RVVK_AMX)
   if (a.dtype == DType::kBF16 && a.cache.dtype == DType::kBF16 && amx::eligible(a)) {
     const amx::Tiles tiles;
+    amx::packed().b = -1;  // nothing packed by an earlier call is valid
     for (std::int64_t t = task_begin; t < task_end; ++t) amx::task(a, t);
     return;
   }
