@@ -6,9 +6,10 @@
 # each kernel source is compiled once per variant - `portable` always, when the
 # target is riscv64 also `rvv` (-march=rv64gcv) and `rvv_zvfh` (+Zvfh), when it
 # is x86-64 also `x86_avx512` (the vector layer on AVX-512 intrinsics) and
-# `x86_amx` (the same, plus AMX tiles for extend attention's bf16 matrix
-# products) - and the library picks the best variant for the running CPU at
-# run time.
+# `x86_amx` (AMX tiles for extend attention's bf16 matrix products: only the
+# sources in RVVK_AMX_SOURCES are compiled for it, its other kernels are
+# x86_avx512's) - and the library picks the best variant for the running CPU
+# at run time.
 #
 # Options:
 #   RVVK_ENABLE_RVV   (ON)  compile the RVV variants when targeting riscv64
@@ -18,13 +19,16 @@
 #   RVVK_PORTABLE_FLAGS     extra flags for the portable variant
 #
 # Function: rvvk_add_variant_objects(<prefix> <sources...>) compiles extra
-# sources once per variant (defining RVVK_VARIANT) and returns the object
-# libraries in ${<prefix>_TARGETS}; used by tests and benchmarks.
+# sources once per variant (defining RVVK_VARIANT; for x86_amx only those also
+# in RVVK_AMX_SOURCES) and returns the object libraries in ${<prefix>_TARGETS}.
 include_guard(GLOBAL)
 include(CheckCXXSourceCompiles)
 
 set(RVVK_SOURCE_DIR "${CMAKE_CURRENT_LIST_DIR}/../csrc")
 file(GLOB RVVK_KERNEL_SOURCES CONFIGURE_DEPENDS "${RVVK_SOURCE_DIR}/kernels/*.cpp")
+# The kernel sources with code of their own for x86_amx (#if RVVK_AMX); keep in
+# step with the x86_amx declarations of runtime/dispatch.cpp.
+set(RVVK_AMX_SOURCES "${RVVK_SOURCE_DIR}/kernels/extend_attention.cpp")
 
 option(RVVK_ENABLE_RVV "Compile the RVV variants when targeting riscv64" ON)
 option(RVVK_ENABLE_ZVFH "Compile the RVV+Zvfh variant when the compiler supports it" ON)
@@ -126,8 +130,20 @@ message(STATUS "rvv-kernels variants: ${RVVK_VARIANTS}")
 function(rvvk_add_variant_objects prefix)
   set(_targets)
   foreach(_v IN LISTS RVVK_VARIANTS)
+    set(_sources ${ARGN})
+    if(_v STREQUAL "x86_amx")
+      set(_sources)
+      foreach(_s IN LISTS ARGN)
+        if(_s IN_LIST RVVK_AMX_SOURCES)
+          list(APPEND _sources ${_s})
+        endif()
+      endforeach()
+      if(NOT _sources)
+        continue()
+      endif()
+    endif()
     set(_t ${prefix}_${_v})
-    add_library(${_t} OBJECT ${ARGN})
+    add_library(${_t} OBJECT ${_sources})
     target_compile_features(${_t} PRIVATE cxx_std_17)
     target_include_directories(${_t} PRIVATE "${RVVK_SOURCE_DIR}/include")
     target_compile_definitions(${_t} PRIVATE RVVK_VARIANT=${_v})

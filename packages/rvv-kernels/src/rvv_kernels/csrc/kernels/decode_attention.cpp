@@ -107,23 +107,26 @@ void pv_heads(float* acc, std::int64_t dim_v, const TV* const* vrows, std::int64
   }
 }
 
-template <class Fn>
+// fn(integral_constant<int, N>{}, g0) for one group of the n (< N + 1) heads
+// from g0, N the group size as a compile-time constant.
+template <int N, class Fn>
+void head_group_rest(std::int64_t n, std::int64_t g0, Fn& fn) {
+  if constexpr (N > 0) {
+    if (n == N) {
+      fn(std::integral_constant<int, N>{}, g0);
+    } else {
+      head_group_rest<N - 1>(n, g0, fn);
+    }
+  }
+}
+
+// The heads in groups of Max, then one group of the rest: fn(integral_constant<
+// int, N>{}, g0) for heads [g0, g0 + N).
+template <int Max, class Fn>
 void for_head_groups(std::int64_t heads, Fn&& fn) {
   std::int64_t g = 0;
-  for (; g + 4 <= heads; g += 4) fn(std::integral_constant<int, 4>{}, g);
-  switch (heads - g) {
-    case 3:
-      fn(std::integral_constant<int, 3>{}, g);
-      break;
-    case 2:
-      fn(std::integral_constant<int, 2>{}, g);
-      break;
-    case 1:
-      fn(std::integral_constant<int, 1>{}, g);
-      break;
-    default:
-      break;
-  }
+  for (; g + Max <= heads; g += Max) fn(std::integral_constant<int, Max>{}, g);
+  head_group_rest<Max - 1>(heads - g, g, fn);
 }
 
 #if defined(RVVK_VEC_AVX512)
@@ -162,12 +165,19 @@ RVVK_ALWAYS_INLINE inline __m512 sum16(const __m512* a) {
 
 // scores[g * kBlock + j] = qf[g] . k_j for all `group` heads, 16 keys at a time;
 // prefetches pf's rows (key j: pf's row j) along the way. kf: scratch.
+// One zmm of scratch (a struct: std::vector<__m512> would drop __m512's
+// attributes from the template argument, which GCC warns about).
+struct alignas(64) Zmm {
+  __m512 v;
+};
+static_assert(sizeof(Zmm) == sizeof(__m512), "Zmm is a bare zmm");
+
 template <class TK>
 void qk_block(const float* qf, std::int64_t dim, std::int64_t group, const TK* const* krows,
-              std::int64_t nb, float* scores, const Prefetch<TK>& pf, std::vector<__m512>& kf) {
+              std::int64_t nb, float* scores, const Prefetch<TK>& pf, std::vector<Zmm>& kf) {
   const std::int64_t dv = (dim + 15) / 16;  // zmm per padded row
   if (static_cast<std::int64_t>(kf.size()) < 16 * dv) kf.resize(static_cast<std::size_t>(16 * dv));
-  __m512* const rows = kf.data();  // 16 dims of the 16 keys side by side: rows[i * 16 + j]
+  Zmm* const rows = kf.data();  // 16 dims of the 16 keys side by side: rows[i * 16 + j]
   for (std::int64_t c0 = 0; c0 < nb; c0 += 16) {
     const std::int64_t n = std::min<std::int64_t>(16, nb - c0);
     for (std::int64_t j = 0; j < n; ++j) {
@@ -177,19 +187,19 @@ void qk_block(const float* qf, std::int64_t dim, std::int64_t group, const TK* c
       }
       const TK* k = krows[c0 + j];
       for (std::int64_t i = 0; i < dv; ++i)
-        rows[i * 16 + j] = ld(k + 16 * i, lanes(static_cast<std::size_t>(dim - 16 * i), 0));
+        rows[i * 16 + j].v = ld(k + 16 * i, lanes(static_cast<std::size_t>(dim - 16 * i), 0));
     }
     for (std::int64_t j = n; j < 16; ++j)
-      for (std::int64_t i = 0; i < dv; ++i) rows[i * 16 + j] = _mm512_setzero_ps();
+      for (std::int64_t i = 0; i < dv; ++i) rows[i * 16 + j].v = _mm512_setzero_ps();
     for (std::int64_t g = 0; g < group; ++g) {
       const float* q = qf + g * dim;
-      const __m512* kc = rows;
+      const Zmm* kc = rows;
       __m512 acc[16];
       for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
       for (std::int64_t i = 0; i < dv; ++i, kc += 16) {
         const __m512 qv = ld(q + 16 * i, lanes(static_cast<std::size_t>(dim - 16 * i), 0));
 #pragma GCC unroll 16
-        for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(kc[j], qv, acc[j]);
+        for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(kc[j].v, qv, acc[j]);
       }
       st(scores + g * kBlock + c0, sum16(acc), lanes(static_cast<std::size_t>(n), 0));
     }
@@ -228,18 +238,9 @@ void pv_heads(float* acc, std::int64_t dim_v, const TV* const* vrows, std::int64
 template <class TV>
 void pv_block(float* acc, std::int64_t dim_v, std::int64_t group, const TV* const* vrows,
               std::int64_t nb, const float* p) {
-  std::int64_t g = 0;
-  for (; g + 8 <= group; g += 8) pv_heads<8>(acc, dim_v, vrows, nb, p, g);
-  switch (group - g) {
-    case 7: pv_heads<7>(acc, dim_v, vrows, nb, p, g); break;
-    case 6: pv_heads<6>(acc, dim_v, vrows, nb, p, g); break;
-    case 5: pv_heads<5>(acc, dim_v, vrows, nb, p, g); break;
-    case 4: pv_heads<4>(acc, dim_v, vrows, nb, p, g); break;
-    case 3: pv_heads<3>(acc, dim_v, vrows, nb, p, g); break;
-    case 2: pv_heads<2>(acc, dim_v, vrows, nb, p, g); break;
-    case 1: pv_heads<1>(acc, dim_v, vrows, nb, p, g); break;
-    default: break;
-  }
+  for_head_groups<8>(group, [&](auto ng, std::int64_t g0) {
+    pv_heads<decltype(ng)::value>(acc, dim_v, vrows, nb, p, g0);
+  });
 }
 }  // namespace x86
 #endif  // RVVK_VEC_AVX512
@@ -287,7 +288,7 @@ float softmax_block(float* s, std::int64_t nb, float cap, float& m, float& l) {
 struct Scratch {
   std::vector<float> q, acc, scores, m, l;
 #if defined(RVVK_VEC_AVX512)
-  std::vector<__m512> kf;  // 16 keys' K rows in fp32 (x86::qk_block)
+  std::vector<x86::Zmm> kf;  // 16 keys' K rows in fp32 (x86::qk_block)
 #endif
 };
 Scratch& scratch() {
@@ -332,13 +333,14 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
   // and to the probabilities after the softmax sums (V).
   constexpr bool kPerToken = std::is_same_v<TKV, std::int8_t>;
   const std::int64_t req = a.req_pool_indices[b];
-  const TKV* krows[kBlock];
-  const TKV* vrows[kBlock];
   float kscale[kBlock], vscale[kBlock];
-  // Row pointers of the current block and of the next one; the first pass over
-  // the current block's keys prefetches the next block's rows, one key per key.
-  const TKV* next_k[kBlock];
-  const TKV* next_v[kBlock];
+  // Row pointers of the current block and of the next one (the buffers swap
+  // roles every block); the first pass over the current block's keys
+  // prefetches the next block's rows, one key per key.
+  const TKV* kbuf[2][kBlock];
+  const TKV* vbuf[2][kBlock];
+  int cur = 0;
+  std::int64_t ready = 0;  // rows of the current block already in kbuf/vbuf[cur]
   // This KV head's K and V rows of positions [p0, p0 + n).
   auto rows_of = [&](std::int64_t p0, std::int64_t n, const TKV** kr, const TKV** vr) {
     for (std::int64_t j = 0; j < n; ++j) {
@@ -348,10 +350,12 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
     }
   };
   Prefetch<TKV> pf{dim * static_cast<std::int64_t>(sizeof(TKV)),
-                   dim_v * static_cast<std::int64_t>(sizeof(TKV)), next_k, next_v};
+                   dim_v * static_cast<std::int64_t>(sizeof(TKV))};
   for (std::int64_t t0 = lo; t0 < hi; t0 += kBlock) {
     const std::int64_t nb = std::min(kBlock, hi - t0);
-    rows_of(t0, nb, krows, vrows);
+    const TKV** krows = kbuf[cur];
+    const TKV** vrows = vbuf[cur];
+    if (ready < nb) rows_of(t0 + ready, nb - ready, krows + ready, vrows + ready);
     if constexpr (kPerToken) {
       for (std::int64_t j = 0; j < nb; ++j) {
         const std::int64_t row = cache_row(c, req, t0 + j);
@@ -360,7 +364,9 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
       }
     }
     pf.n = detail::kCanPrefetch ? std::clamp<std::int64_t>(hi - t0 - kBlock, 0, kBlock) : 0;
-    rows_of(t0 + kBlock, pf.n, next_k, next_v);
+    pf.k = kbuf[1 - cur];
+    pf.v = vbuf[1 - cur];
+    rows_of(t0 + kBlock, pf.n, kbuf[1 - cur], vbuf[1 - cur]);
     if (detail::kCanPrefetch && t0 == lo) {  // nothing prefetched the first block
       for (std::int64_t j = 0; j < nb; ++j) {
         detail::prefetch(krows[j], pf.k_bytes);
@@ -370,7 +376,7 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
 #if defined(RVVK_VEC_AVX512)
     x86::qk_block(sc.q.data(), dim, group, krows, nb, sc.scores.data(), pf, sc.kf);
 #else
-    for_head_groups(group, [&](auto ng, std::int64_t g0) {
+    for_head_groups<4>(group, [&](auto ng, std::int64_t g0) {
       qk_heads<decltype(ng)::value>(sc.q.data(), dim, krows, nb, sc.scores.data(), g0,
                                     g0 == 0 ? &pf : nullptr);
     });
@@ -386,10 +392,12 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
 #if defined(RVVK_VEC_AVX512)
     x86::pv_block(sc.acc.data(), dim_v, group, vrows, nb, sc.scores.data());
 #else
-    for_head_groups(group, [&](auto ng, std::int64_t g0) {
+    for_head_groups<4>(group, [&](auto ng, std::int64_t g0) {
       pv_heads<decltype(ng)::value>(sc.acc.data(), dim_v, vrows, nb, sc.scores.data(), g0);
     });
 #endif
+    ready = pf.n;  // the next block's rows
+    cur = 1 - cur;
   }
 
   for (std::int64_t g = 0; g < group; ++g) {

@@ -31,12 +31,17 @@ namespace v_x86_avx512 {
 #include "rvvk/kernels.def"
 }
 #endif
-#if RVVK_HAVE_x86_amx
-namespace v_x86_amx {
-#include "rvvk/kernels.def"
-}
-#endif
 #undef RVVK_KERNEL
+#if RVVK_HAVE_x86_amx
+// x86_amx compiles only the kernels with AMX code of their own (RVVK_AMX_SOURCES
+// in RvvKernels.cmake), declared here; qualified lookup finds these first and
+// x86_avx512's for every other entry of the table.
+namespace v_x86_amx {
+using namespace v_x86_avx512;
+void extend_attention(const ExtendAttentionArgs& args, std::int64_t task_begin,
+                      std::int64_t task_end);
+}  // namespace v_x86_amx
+#endif
 
 namespace {
 
