@@ -163,8 +163,6 @@ RVVK_ALWAYS_INLINE inline __m512 sum16(const __m512* a) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, kEven), _mm512_shuffle_f32x4(d0, d1, kOdd));
 }
 
-// scores[g * kBlock + j] = qf[g] . k_j for all `group` heads, 16 keys at a time;
-// prefetches pf's rows (key j: pf's row j) along the way. kf: scratch.
 // One zmm of scratch (a struct: std::vector<__m512> would drop __m512's
 // attributes from the template argument, which GCC warns about).
 struct alignas(64) Zmm {
@@ -172,6 +170,8 @@ struct alignas(64) Zmm {
 };
 static_assert(sizeof(Zmm) == sizeof(__m512), "Zmm is a bare zmm");
 
+// scores[g * kBlock + j] = qf[g] . k_j for all `group` heads, 16 keys at a time;
+// prefetches pf's rows (key j: pf's row j) along the way. kf: scratch.
 template <class TK>
 void qk_block(const float* qf, std::int64_t dim, std::int64_t group, const TK* const* krows,
               std::int64_t nb, float* scores, const Prefetch<TK>& pf, std::vector<Zmm>& kf) {
