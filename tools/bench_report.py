@@ -335,13 +335,18 @@ We have no RISC-V board. Every number here is a proxy:
   Part of the wait was TLB misses (a page-table walk per row, nested under the hypervisor):
   the pools are now on 2 MiB pages (see the method), which made that call 20-45% faster -
   and torch_native's decode faster too, so the ratio did not move. A prefetch distance of 2
-  or 3 blocks and prefetches spread evenly over the block's arithmetic (tried) did not help.
+  or 3 blocks and prefetches spread evenly over the block's arithmetic (tried) did not help;
+  nor did decode on AMX tiles (tried: as fast as the AVX-512 forms on cached keys, 20-25%
+  slower over cold random rows, two threads, in one process alternating - not kept).
+  Random 256-byte reads alone reach ~22 GB/s with two threads here, so the KV bytes of a
+  batch-16 / context-2048 call could be read in ~1.5 ms; the kernel takes ~2-3x that.
   Extend is compute-bound. With AMX the kernels' two
   matrix products run on the tiles like torch's, but keep more precision than torch's bf16
   SDPA: the probabilities go to the tiles as two bf16 parts (hi + lo, twice the P.V tile
   work) so the result matches the fp32 path within its test tolerance, and the online
   softmax (one exp per score, in AVX-512) then costs about as much as the tile work; K and V
-  are re-laid into tile layout per block of 128 keys. Measured on this machine (single
+  are re-laid into tile layout per block of 128 keys, once per request and thread for all
+  its query blocks (5-8% faster than per query block). Measured on this machine (single
   thread, batch 4 / context 2048): dropping the lo part would save about 15%. None of this
   carries over to RISC-V, where the matrix products are the RVV code measured in sections 1
   and 2.
