@@ -905,21 +905,21 @@ void task(const ExtendAttentionArgs& a, std::int64_t task) {
     const bool shared = reuse && nb == kN;
     std::uint32_t* kb = shared ? pk.kb.data() + blk * kb_size : sc.kb.data();
     std::uint32_t* vb = shared ? pk.vb.data() + blk * vb_size : sc.vb.data();
-    for (std::int64_t j = 0; j < kN && !(shared && pk.have[blk]); ++j) {
-      const std::int64_t pos = p0 + j;
-      if (j >= nb) {
-        krows[j] = vrows[j] = nullptr;
-      } else if (pos < prefix) {
-        const std::int64_t row = cache_row(c, req, pos);
-        krows[j] = at<std::uint16_t>(c.k, row * c.k_stride_t + kvh * c.k_stride_h);
-        vrows[j] = at<std::uint16_t>(c.v, row * c.v_stride_t + kvh * c.v_stride_h);
-      } else {
-        const std::int64_t tok = start + pos - prefix;
-        krows[j] = at<std::uint16_t>(a.k, tok * a.k_stride_t + kvh * a.k_stride_h);
-        vrows[j] = at<std::uint16_t>(a.v, tok * a.v_stride_t + kvh * a.v_stride_h);
+    if (!(shared && pk.have[blk])) {  // not packed by an earlier task of this call
+      for (std::int64_t j = 0; j < kN; ++j) {
+        const std::int64_t pos = p0 + j;
+        if (j >= nb) {
+          krows[j] = vrows[j] = nullptr;
+        } else if (pos < prefix) {
+          const std::int64_t row = cache_row(c, req, pos);
+          krows[j] = at<std::uint16_t>(c.k, row * c.k_stride_t + kvh * c.k_stride_h);
+          vrows[j] = at<std::uint16_t>(c.v, row * c.v_stride_t + kvh * c.v_stride_h);
+        } else {
+          const std::int64_t tok = start + pos - prefix;
+          krows[j] = at<std::uint16_t>(a.k, tok * a.k_stride_t + kvh * a.k_stride_h);
+          vrows[j] = at<std::uint16_t>(a.v, tok * a.v_stride_t + kvh * a.v_stride_h);
+        }
       }
-    }
-    if (!(shared && pk.have[blk])) {
       pack_k(krows, dim, kb);
       pack_v(vrows, dim_v, vb);
       if (shared) pk.have[blk] = 1;
