@@ -347,9 +347,8 @@ def set_impl_mode(impl: str) -> None:
     mode = IMPL_MODES[impl]
     if mode is None:
         return
-    if os.environ.get(ra.ENV_IMPL) != mode:
-        os.environ[ra.ENV_IMPL] = mode
-        ra.clear_cache()
+    # rvv-attention reads the mode on every call (its selection cache is keyed by it).
+    os.environ[ra.ENV_IMPL] = mode
 
 
 # ------------------------------------------------------------------------------ running

@@ -77,7 +77,7 @@ TRANSFORMERS_WHEELS = (
 _RISCV64_PLATFORMS = ("manylinux_2_39_riscv64", "manylinux_2_31_riscv64", "linux_riscv64")
 
 
-def _pip_wheel(package: Path, out_dir: Path, env: dict[str, str], pattern: str) -> Path:
+def pip_wheel(package: Path, out_dir: Path, env: dict[str, str], pattern: str) -> Path:
     """Builds `package` into out_dir with the running Python's pip; returns the new wheel."""
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.time()
@@ -93,7 +93,7 @@ def build_wheel(out_dir: Path) -> Path:
     """Cross-builds rvv-ops' riscv64 wheel into out_dir and returns its path.
 
     Uses tools/cmake/riscv64-linux-clang.cmake against the provisioned riscv64 root (its
-    libtorch-dev); the CMake build tree is kept in packages/rvv-ops/build/cross.
+    libtorch-dev); the CMake build tree is kept in packages/rvv-ops/build/cross-<key>.
     """
     env = dict(os.environ)
     env["RVV_OPS_CMAKE_TOOLCHAIN_FILE"] = str(rvvtools.toolchain_file())
@@ -101,12 +101,12 @@ def build_wheel(out_dir: Path) -> Path:
     env["RVV_KERNELS_CMAKE_DIR"] = str(KERNELS / "src" / "rvv_kernels" / "cmake")
     for key in ("RVV_OPS_TORCH_CMAKE_DIR", "RVV_OPS_BUILD_DIR", "RVV_OPS_WHEEL_TAG"):
         env.pop(key, None)
-    return _pip_wheel(OPS, out_dir.resolve(), env, f"rvv_ops-*-{WHEEL_TAG}.whl")
+    return pip_wheel(OPS, out_dir.resolve(), env, f"rvv_ops-*-{WHEEL_TAG}.whl")
 
 
 def build_kernels_wheel(out_dir: Path) -> Path:
     """Builds rvv-kernels' wheel (pure Python: sources and CMake files) into out_dir."""
-    return _pip_wheel(KERNELS, out_dir.resolve(), dict(os.environ), "rvv_kernels-*.whl")
+    return pip_wheel(KERNELS, out_dir.resolve(), dict(os.environ), "rvv_kernels-*.whl")
 
 
 def run_tests(
@@ -151,7 +151,7 @@ def run_tests(
 
 def build_attention_wheel(out_dir: Path) -> Path:
     """Builds rvv-attention's pure-Python wheel into out_dir."""
-    return _pip_wheel(ATTENTION, out_dir.resolve(), dict(os.environ), "rvv_attention-*.whl")
+    return pip_wheel(ATTENTION, out_dir.resolve(), dict(os.environ), "rvv_attention-*.whl")
 
 
 def download_transformers(out_dir: Path) -> tuple[Path | None, str]:

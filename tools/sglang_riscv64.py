@@ -212,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
         ops_riscv.build_wheel(out),
         ops_riscv.build_kernels_wheel(out),
         ops_riscv.build_attention_wheel(out),
-        ops_riscv._pip_wheel(SGLANG_RVV, out, dict(os.environ), "sglang_rvv-*.whl"),
+        ops_riscv.pip_wheel(SGLANG_RVV, out, dict(os.environ), "sglang_rvv-*.whl"),
         sglang_wheel(out),
     ]
     finds = download_riscv64_wheels(out)

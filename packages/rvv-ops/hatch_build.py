@@ -30,8 +30,11 @@ Environment variables (all optional):
     rvv-kernels' CMake package. Default: ``rvv_kernels.get_cmake_dir()`` of an installed
     rvv-kernels, else the sibling folder ``../rvv-kernels/src/rvv_kernels/cmake``.
 ``RVV_OPS_BUILD_DIR``
-    the CMake build tree, kept between builds. Default: ``build/native`` or ``build/cross``
-    in this folder (wiped when the configuration changes).
+    the CMake build tree, kept between builds (wiped when the configuration changes).
+    Default: ``build/native-<key>`` or ``build/cross-<key>`` in this folder, the key a
+    hash of the configure arguments (torch location, toolchain, sysroot, extra
+    arguments), so that builds for different Pythons / torches keep a tree each and
+    neither rebuilds the other's from scratch nor writes into it.
 ``RVV_OPS_CMAKE_ARGS``
     extra configure arguments, in shell syntax.
 ``RVV_OPS_WHEEL_TAG``
@@ -43,6 +46,7 @@ Environment variables (all optional):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import runpy
@@ -112,7 +116,8 @@ class CMakeBuildHook(BuildHookInterface[BuilderConfig]):
         if not os.environ.get("CMAKE_GENERATOR") and shutil.which("ninja"):
             args += ["-G", "Ninja"]
 
-        default_dir = HERE / "build" / ("cross" if toolchain else "native")
+        key = hashlib.sha256(json.dumps(args).encode()).hexdigest()[:10]
+        default_dir = HERE / "build" / f"{'cross' if toolchain else 'native'}-{key}"
         build_dir = Path(os.environ.get("RVV_OPS_BUILD_DIR") or default_dir).resolve()
         # A build tree configured differently (other torch, other toolchain) is rebuilt
         # from scratch: CMake keeps stale cache entries otherwise.
