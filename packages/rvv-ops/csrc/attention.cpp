@@ -195,6 +195,70 @@ void quantize_rows(const at::Tensor& cache, const at::Tensor& scales, const at::
   }
 }
 
+// The tensors every attention op has, checked the same way: the queries (`rows` of
+// them: "batch" for decode, "tokens" for extend) with num_heads x head_dim, the two
+// caches (and, for INT8, their scale buffers; else the per-tensor scales), the output,
+// and the new K/V (both or neither), each against the others' sizes. `names` are the
+// op's argument names, for the messages.
+struct IoNames {
+  const char *q, *rows, *k_cache, *v_cache, *out, *k_new, *v_new;
+  const char* neither;  // what passing neither new K nor V means
+};
+struct Io {
+  rvvk::DType dtype = rvvk::DType::kF32;  // of q, out and the new K/V
+  std::int64_t rows = 0, heads = 0;
+  CacheShape c;
+  std::int64_t scales_stride = 0;  // INT8 only
+  bool new_kv = false;             // the new K/V were given
+};
+Io check_io(const char* op, const IoNames& n, const at::Tensor& q, const at::Tensor& k_cache,
+            const at::Tensor& v_cache, double k_scale, double v_scale,
+            const at::Tensor* k_scales, const at::Tensor* v_scales, const at::Tensor& out,
+            const std::optional<at::Tensor>& k_new, const std::optional<at::Tensor>& v_new) {
+  const std::string rows = n.rows;
+  const std::string from_q = rows + ", from " + n.q;
+  check_tensor(op, n.q, q, 3, ("[" + rows + ", num_heads, head_dim]").c_str());
+  Io io;
+  io.dtype = kernel_dtype(op, n.q, q);
+  io.rows = q.size(0);
+  io.heads = q.size(1);
+  TORCH_CHECK_VALUE(io.heads >= 1 && q.size(2) >= 1, op, ": ", n.q, " has shape ", q.sizes(),
+                    "; expected num_heads >= 1 and head_dim >= 1");
+  io.c = check_caches(op, n.q, q, n.k_cache, k_cache, n.v_cache, v_cache, k_scales != nullptr);
+  const CacheShape& c = io.c;
+  if (k_scales != nullptr) {
+    io.scales_stride = check_scale_bufs(op, *k_scales, *v_scales, c);
+  } else {
+    check_scalar(op, "k_scale", k_scale, true, false);
+    check_scalar(op, "v_scale", v_scale, true, false);
+  }
+
+  check_tensor(op, n.out, out, 3, ("[" + rows + ", num_heads, head_dim_v]").c_str());
+  check_same_dtype(op, n.out, out, n.q, q);
+  check_size(op, n.out, out, 0, io.rows, from_q);
+  check_size(op, n.out, out, 1, io.heads, std::string("num_heads, from ") + n.q);
+  check_size(op, n.out, out, 2, c.head_dim_v, std::string("head_dim_v, from ") + n.v_cache);
+  attn::check_no_internal_overlap(op, n.out, out);
+
+  TORCH_CHECK_VALUE(k_new.has_value() == v_new.has_value(), op, ": ", n.k_new, " is ",
+                    k_new.has_value() ? "a tensor" : "None", " but ", n.v_new, " is ",
+                    v_new.has_value() ? "a tensor" : "None", "; expected both", n.neither);
+  io.new_kv = k_new.has_value();
+  if (io.new_kv) {
+    check_tensor(op, n.k_new, *k_new, 3, ("[" + rows + ", num_kv_heads, head_dim]").c_str());
+    check_same_dtype(op, n.k_new, *k_new, n.q, q);
+    check_size(op, n.k_new, *k_new, 0, io.rows, from_q);
+    check_size(op, n.k_new, *k_new, 1, c.kv_heads, std::string("num_kv_heads, from ") + n.k_cache);
+    check_size(op, n.k_new, *k_new, 2, c.head_dim, std::string("head_dim, from ") + n.q);
+    check_tensor(op, n.v_new, *v_new, 3, ("[" + rows + ", num_kv_heads, head_dim_v]").c_str());
+    check_same_dtype(op, n.v_new, *v_new, n.q, q);
+    check_size(op, n.v_new, *v_new, 0, io.rows, from_q);
+    check_size(op, n.v_new, *v_new, 1, c.kv_heads, std::string("num_kv_heads, from ") + n.v_cache);
+    check_size(op, n.v_new, *v_new, 2, c.head_dim_v, std::string("head_dim_v, from ") + n.v_cache);
+  }
+  return io;
+}
+
 // --------------------------------------------------------------------------------------
 // Decode
 
@@ -213,45 +277,18 @@ void decode_impl(const char* op, const at::Tensor& query, const at::Tensor& k_ca
   check_supported(op, !encoder_lens.has_value(), "cross-attention",
                   "encoder_lens is not None (encoder-decoder model)");
 
-  check_tensor(op, "query", query, 3, "[batch, num_heads, head_dim]");
-  const rvvk::DType q_dtype = kernel_dtype(op, "query", query);
-  const std::int64_t batch = query.size(0), heads = query.size(1);
-  TORCH_CHECK_VALUE(heads >= 1 && query.size(2) >= 1, op, ": query has shape ", query.sizes(),
-                    "; expected num_heads >= 1 and head_dim >= 1");
-  const CacheShape c =
-      check_caches(op, "query", query, "k_cache", k_cache, "v_cache", v_cache, int8);
-  std::int64_t scales_stride = 0;
-  if (int8) {
-    scales_stride = check_scale_bufs(op, *k_scales, *v_scales, c);
-  } else {
-    check_scalar(op, "k_scale", k_scale, true, false);
-    check_scalar(op, "v_scale", v_scale, true, false);
-  }
-
-  check_tensor(op, "output", output, 3, "[batch, num_heads, head_dim_v]");
-  check_same_dtype(op, "output", output, "query", query);
-  check_size(op, "output", output, 0, batch, "batch, from query");
-  check_size(op, "output", output, 1, heads, "num_heads, from query");
-  check_size(op, "output", output, 2, c.head_dim_v, "head_dim_v, from v_cache");
-  attn::check_no_internal_overlap(op, "output", output);
-
-  TORCH_CHECK_VALUE(key.has_value() == value.has_value(), op, ": key is ",
-                    key.has_value() ? "a tensor" : "None", " but value is ",
-                    value.has_value() ? "a tensor" : "None",
-                    "; expected both (the new token's K/V, written at loc) or neither "
-                    "(already in the cache)");
-  const bool write = key.has_value();
+  const Io io = check_io(op,
+                         {"query", "batch", "k_cache", "v_cache", "output", "key", "value",
+                          " (the new token's K/V, written at loc) or neither (already in the "
+                          "cache)"},
+                         query, k_cache, v_cache, k_scale, v_scale, k_scales, v_scales, output,
+                         key, value);
+  const rvvk::DType q_dtype = io.dtype;
+  const std::int64_t batch = io.rows, heads = io.heads;
+  const CacheShape& c = io.c;
+  const std::int64_t scales_stride = io.scales_stride;
+  const bool write = io.new_kv;
   if (write) {
-    check_tensor(op, "key", *key, 3, "[batch, num_kv_heads, head_dim]");
-    check_same_dtype(op, "key", *key, "query", query);
-    check_size(op, "key", *key, 0, batch, "batch, from query");
-    check_size(op, "key", *key, 1, c.kv_heads, "num_kv_heads, from k_cache");
-    check_size(op, "key", *key, 2, c.head_dim, "head_dim, from query");
-    check_tensor(op, "value", *value, 3, "[batch, num_kv_heads, head_dim_v]");
-    check_same_dtype(op, "value", *value, "query", query);
-    check_size(op, "value", *value, 0, batch, "batch, from query");
-    check_size(op, "value", *value, 1, c.kv_heads, "num_kv_heads, from v_cache");
-    check_size(op, "value", *value, 2, c.head_dim_v, "head_dim_v, from v_cache");
     attn::check_no_internal_overlap(op, "k_cache", k_cache);
     attn::check_no_internal_overlap(op, "v_cache", v_cache);
   }
@@ -387,46 +424,17 @@ void extend_impl(const char* op, const at::Tensor& q_extend,
   check_supported(op, !tree_mask.has_value(), "tree_mask",
                   "a custom attention mask (speculative decoding with a token tree)");
 
-  check_tensor(op, "q_extend", q_extend, 3, "[tokens, num_heads, head_dim]");
-  const rvvk::DType dtype = kernel_dtype(op, "q_extend", q_extend);
-  const std::int64_t tokens = q_extend.size(0), heads = q_extend.size(1);
-  TORCH_CHECK_VALUE(heads >= 1 && q_extend.size(2) >= 1, op, ": q_extend has shape ",
-                    q_extend.sizes(), "; expected num_heads >= 1 and head_dim >= 1");
-  const CacheShape c =
-      check_caches(op, "q_extend", q_extend, "k_buffer", k_buffer, "v_buffer", v_buffer, int8);
-  std::int64_t scales_stride = 0;
-  if (int8) {
-    scales_stride = check_scale_bufs(op, *k_scales, *v_scales, c);
-  } else {
-    check_scalar(op, "k_scale", k_scale, true, false);
-    check_scalar(op, "v_scale", v_scale, true, false);
-  }
-
-  check_tensor(op, "o_extend", o_extend, 3, "[tokens, num_heads, head_dim_v]");
-  check_same_dtype(op, "o_extend", o_extend, "q_extend", q_extend);
-  check_size(op, "o_extend", o_extend, 0, tokens, "tokens, from q_extend");
-  check_size(op, "o_extend", o_extend, 1, heads, "num_heads, from q_extend");
-  check_size(op, "o_extend", o_extend, 2, c.head_dim_v, "head_dim_v, from v_buffer");
-  attn::check_no_internal_overlap(op, "o_extend", o_extend);
-
-  TORCH_CHECK_VALUE(k_extend.has_value() == v_extend.has_value(), op, ": k_extend is ",
-                    k_extend.has_value() ? "a tensor" : "None", " but v_extend is ",
-                    v_extend.has_value() ? "a tensor" : "None",
-                    "; expected both, or neither (the new tokens' K/V are then read from the "
-                    "cache)");
-  const bool given = k_extend.has_value();
-  if (given) {
-    check_tensor(op, "k_extend", *k_extend, 3, "[tokens, num_kv_heads, head_dim]");
-    check_same_dtype(op, "k_extend", *k_extend, "q_extend", q_extend);
-    check_size(op, "k_extend", *k_extend, 0, tokens, "tokens, from q_extend");
-    check_size(op, "k_extend", *k_extend, 1, c.kv_heads, "num_kv_heads, from k_buffer");
-    check_size(op, "k_extend", *k_extend, 2, c.head_dim, "head_dim, from q_extend");
-    check_tensor(op, "v_extend", *v_extend, 3, "[tokens, num_kv_heads, head_dim_v]");
-    check_same_dtype(op, "v_extend", *v_extend, "q_extend", q_extend);
-    check_size(op, "v_extend", *v_extend, 0, tokens, "tokens, from q_extend");
-    check_size(op, "v_extend", *v_extend, 1, c.kv_heads, "num_kv_heads, from v_buffer");
-    check_size(op, "v_extend", *v_extend, 2, c.head_dim_v, "head_dim_v, from v_buffer");
-  }
+  const Io io = check_io(op,
+                         {"q_extend", "tokens", "k_buffer", "v_buffer", "o_extend", "k_extend",
+                          "v_extend",
+                          ", or neither (the new tokens' K/V are then read from the cache)"},
+                         q_extend, k_buffer, v_buffer, k_scale, v_scale, k_scales, v_scales,
+                         o_extend, k_extend, v_extend);
+  const rvvk::DType dtype = io.dtype;
+  const std::int64_t tokens = io.rows, heads = io.heads;
+  const CacheShape& c = io.c;
+  const std::int64_t scales_stride = io.scales_stride;
+  const bool given = io.new_kv;
   // The INT8 op writes the new tokens' K/V (when given) into the cache at out_cache_loc.
   const bool write = int8 && given;
   at::Tensor loc64;
