@@ -340,22 +340,22 @@ We have no RISC-V board. Every number here is a proxy:
   slower over cold random rows, two threads, in one process alternating - not kept).
   Random 256-byte reads alone reach ~22 GB/s with two threads here, so the KV bytes of a
   batch-16 / context-2048 call could be read in ~1.5 ms; the kernel takes ~2-3x that.
-  Extend is compute-bound. With AMX the kernels' two
-  matrix products run on the tiles like torch's, but keep more precision than torch's bf16
-  SDPA: the probabilities go to the tiles as two bf16 parts (hi + lo, twice the P.V tile
-  work) so the result matches the fp32 path within its test tolerance, and the online
-  softmax (one exp per score, in AVX-512: 8 instructions per 16 scores with vscalefps,
-  8% faster than the general 18-instruction exp) then costs about as much as the tile work;
-  K and V are re-laid into tile layout per block of 128 keys, once per request and thread
-  for all its query blocks (5-8% faster than per query block). Measured on this machine
-  (single thread, batch 4 / context 2048; perf samples by code address, before the
-  faster exp): the tile products ~57% (P.V 34, q.k 23), the softmax ~37%; dropping the lo part would save about 15% but, rounded or not, misses the
-  tests' one-ulp bound (a tolerance decision, not taken); summing the row's max and sum as
-  trees instead of chains changed nothing measurable. The bandwidth fraction divides by the
-  copy bandwidth measured in the same run, which itself varies between runs on this shared
-  VM (14.6 to 25.5 GB/s across the recorded runs). None of this
-  carries over to RISC-V, where the matrix products are the RVV code measured in sections 1
-  and 2.
+  Extend is compute-bound. With AMX the kernels' two matrix products run on the tiles like
+  torch's, but keep more precision than torch's bf16 SDPA: the probabilities go to the
+  tiles as two bf16 parts (hi + lo, twice the P.V tile work) so the result matches the fp32
+  path within its test tolerance; the online softmax between the products is AVX-512 (one
+  exp per score: 8 instructions per 16 scores with vscalefps, 8% faster overall than the
+  general 18-instruction exp); K and V are re-laid into tile layout per block of 128 keys,
+  once per request and thread for all its query blocks (5-8% faster than per query block).
+  Measured on this machine (single thread, batch 4 / context 2048; perf samples by code
+  address, before the faster exp): the tile products ~57% (P.V 34, q.k 23), the softmax
+  ~37%. Dropping the lo part would save about 15% but, rounded or not, misses the tests'
+  one-ulp bound (a tolerance decision, not taken); summing a row's max and sum as trees
+  instead of chains, and running all three steps per 32-row pass, changed nothing
+  measurable. The bandwidth fraction divides by the copy bandwidth measured in the same
+  run, which itself varies between runs on this shared VM (14.6 to 25.5 GB/s across the
+  recorded runs). None of this carries over to RISC-V, where the matrix products are the
+  RVV code measured in sections 1 and 2.
 - A board result also depends on its memory system, thread count and clock, none of
   which these proxies contain.
 """
