@@ -245,16 +245,16 @@ Io check_io(const char* op, const IoNames& n, const at::Tensor& q, const at::Ten
                     v_new.has_value() ? "a tensor" : "None", "; expected both", n.neither);
   io.new_kv = k_new.has_value();
   if (io.new_kv) {
-    check_tensor(op, n.k_new, *k_new, 3, ("[" + rows + ", num_kv_heads, head_dim]").c_str());
-    check_same_dtype(op, n.k_new, *k_new, n.q, q);
-    check_size(op, n.k_new, *k_new, 0, io.rows, from_q);
-    check_size(op, n.k_new, *k_new, 1, c.kv_heads, std::string("num_kv_heads, from ") + n.k_cache);
-    check_size(op, n.k_new, *k_new, 2, c.head_dim, std::string("head_dim, from ") + n.q);
-    check_tensor(op, n.v_new, *v_new, 3, ("[" + rows + ", num_kv_heads, head_dim_v]").c_str());
-    check_same_dtype(op, n.v_new, *v_new, n.q, q);
-    check_size(op, n.v_new, *v_new, 0, io.rows, from_q);
-    check_size(op, n.v_new, *v_new, 1, c.kv_heads, std::string("num_kv_heads, from ") + n.v_cache);
-    check_size(op, n.v_new, *v_new, 2, c.head_dim_v, std::string("head_dim_v, from ") + n.v_cache);
+    const auto new_rows = [&](const char* arg, const at::Tensor& t, const char* cache,
+                              std::int64_t dim, const char* dim_name, const char* dim_from) {
+      check_tensor(op, arg, t, 3, ("[" + rows + ", num_kv_heads, " + dim_name + "]").c_str());
+      check_same_dtype(op, arg, t, n.q, q);
+      check_size(op, arg, t, 0, io.rows, from_q);
+      check_size(op, arg, t, 1, c.kv_heads, std::string("num_kv_heads, from ") + cache);
+      check_size(op, arg, t, 2, dim, std::string(dim_name) + ", from " + dim_from);
+    };
+    new_rows(n.k_new, *k_new, n.k_cache, c.head_dim, "head_dim", n.q);
+    new_rows(n.v_new, *v_new, n.v_cache, c.head_dim_v, "head_dim_v", n.v_cache);
   }
   return io;
 }

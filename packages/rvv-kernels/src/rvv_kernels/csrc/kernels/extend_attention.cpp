@@ -812,15 +812,17 @@ inline __mmask16 lanes_in(std::int64_t lo, std::int64_t hi, int i) {
 
 // exp(x) for the softmax's x = s - max <= 0 (and masked scores, about -1e30):
 // x log2(e) = n + f with n an integer and |f| <= 1/2, 2^f by a degree-5
-// polynomial (least squares on [-1/2, 1/2]: relative error 1.1e-7), times 2^n by vscalefps, which gives 0 for
-// very negative n (no clamp or underflow mask needed: 8 instructions, not the
-// 18 of vec::avx512::exp). Rounding x log2(e) to fp32 costs a relative error of
-// about |x| 2^-24 in the result, below 1e-6 wherever exp(x) is above 1e-9.
+// polynomial (least squares on [-1/2, 1/2]: relative error 1.1e-7), times 2^n
+// by vscalefps, which gives 0 for very negative n (no clamp or underflow mask
+// needed: 8 instructions, not the 18 of vec::avx512::exp). Rounding x log2(e)
+// to fp32 costs a relative error of about |x| 2^-24 in the result, below 1e-6
+// wherever exp(x) is above 1e-9.
 inline __m512 exp_nonpositive(__m512 x) {
   const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
   const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(t, n);
-  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.3218672248e-3f), f, _mm512_set1_ps(9.6716983244e-3f));
+  __m512 p =
+      _mm512_fmadd_ps(_mm512_set1_ps(1.3218672248e-3f), f, _mm512_set1_ps(9.6716983244e-3f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5508930236e-2f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022237957e-1f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314688444e-1f));
