@@ -65,7 +65,8 @@ std::string build_info() {
     << ", \"variant_error\": " << json_string(rvvk::variant_error())
     << ", \"cpu\": {\"has_v\": " << json_bool(cpu.has_v) << ", \"vlen\": " << cpu.vlen_bits
     << ", \"zvfh\": " << json_bool(cpu.zvfh) << ", \"zvfhmin\": " << json_bool(cpu.zvfhmin)
-    << ", \"zvfbfmin\": " << json_bool(cpu.zvfbfmin) << ", \"avx512\": " << json_bool(cpu.avx512)
+    << ", \"zvfbfmin\": " << json_bool(cpu.zvfbfmin) << ", \"avx2\": " << json_bool(cpu.avx2)
+    << ", \"avx512\": " << json_bool(cpu.avx512)
     << ", \"amx_bf16\": " << json_bool(cpu.amx_bf16) << ", \"source\": " << json_string(cpu.source) << "}}";
   return s.str();
 }

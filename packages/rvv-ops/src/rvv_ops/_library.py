@@ -48,6 +48,8 @@ class CpuInfo(TypedDict):
     zvfh: bool
     zvfhmin: bool
     zvfbfmin: bool
+    avx2: bool
+    """x86-64: AVX2, FMA and F16C usable (the ``x86_avx2`` variant can run)."""
     avx512: bool
     """x86-64: AVX-512 F/BW/VL/DQ usable (the ``x86_avx512`` variant can run)."""
     amx_bf16: bool
@@ -149,8 +151,8 @@ def build_info() -> BuildInfo:
     ``torch_version`` the library was built for, the rvv-kernels variants
     (``compiled_variants``, ``supported_variants`` by this CPU, ``active_variant``),
     ``variant_error`` (why ``RVVK_VARIANT`` was not honoured, else empty) and
-    ``cpu`` (``has_v``, ``vlen`` in bits, ``zvfh``, ``zvfhmin``, ``zvfbfmin``, ``avx512``
-    and ``amx_bf16`` on x86-64, and the ``source`` the extension bits came from).
+    ``cpu`` (``has_v``, ``vlen`` in bits, ``zvfh``, ``zvfhmin``, ``zvfbfmin``, ``avx2``,
+    ``avx512`` and ``amx_bf16`` on x86-64, and the ``source`` the extension bits came from).
     """
     from rvv_ops import __version__
 

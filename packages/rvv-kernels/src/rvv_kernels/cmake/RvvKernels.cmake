@@ -5,7 +5,8 @@
 # Defines the static library target `rvv_kernels` (alias rvv_kernels::rvv_kernels):
 # each kernel source is compiled once per variant - `portable` always, when the
 # target is riscv64 also `rvv` (-march=rv64gcv) and `rvv_zvfh` (+Zvfh), when it
-# is x86-64 also `x86_avx512` (the vector layer on AVX-512 intrinsics) and
+# is x86-64 also `x86_avx2` (the vector layer on AVX2 + FMA + F16C), `x86_avx512`
+# (the vector layer on AVX-512 intrinsics) and
 # `x86_amx` (AMX tiles for extend attention's bf16 matrix products: only the
 # sources in RVVK_AMX_SOURCES are compiled for it, its other kernels are
 # x86_avx512's) - and the library picks the best variant for the running CPU
@@ -14,8 +15,8 @@
 # Options:
 #   RVVK_ENABLE_RVV   (ON)  compile the RVV variants when targeting riscv64
 #   RVVK_ENABLE_ZVFH  (ON)  also compile the Zvfh variant if the compiler can
-#   RVVK_ENABLE_X86   (ON)  compile the x86_avx512 (and, if the compiler can,
-#                           x86_amx) variant when targeting x86-64
+#   RVVK_ENABLE_X86   (ON)  compile the x86_avx2 and x86_avx512 (and, if the
+#                           compiler can, x86_amx) variants when targeting x86-64
 #   RVVK_PORTABLE_FLAGS     extra flags for the portable variant
 #
 # Function: rvvk_add_variant_objects(<prefix> <sources...>) compiles extra
@@ -32,7 +33,7 @@ set(RVVK_AMX_SOURCES "${RVVK_SOURCE_DIR}/kernels/extend_attention.cpp")
 
 option(RVVK_ENABLE_RVV "Compile the RVV variants when targeting riscv64" ON)
 option(RVVK_ENABLE_ZVFH "Compile the RVV+Zvfh variant when the compiler supports it" ON)
-option(RVVK_ENABLE_X86 "Compile the x86_avx512 variant when targeting x86-64" ON)
+option(RVVK_ENABLE_X86 "Compile the x86_avx2 and x86_avx512 variants when targeting x86-64" ON)
 
 set(RVVK_VARIANTS portable)
 set(RVVK_FLAGS_portable ${RVVK_PORTABLE_FLAGS})
@@ -85,6 +86,24 @@ int main() { _Float16 h[2] = {1, 2}; float f[2]; size_t vl = __riscv_vsetvl_e16m
   endif()
 endif()
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND RVVK_ENABLE_X86)
+  set(_rvvk_avx2_flags -mavx2 -mfma -mf16c)
+  set(_rvvk_probe_avx2 "
+#include <immintrin.h>
+int main() { float x[8] = {1}; __m256 v = _mm256_maskload_ps(x, _mm256_set1_epi32(-1));
+  __m256 h = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)x));
+  __m256i i = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)x));
+  return _mm256_extract_epi32(i, 0) + (int)_mm256_cvtss_f32(_mm256_fmadd_ps(v, h, v)); }")
+  string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${_rvvk_avx2_flags}")
+  check_cxx_source_compiles("${_rvvk_probe_avx2}" RVVK_COMPILER_HAS_AVX2)
+  unset(CMAKE_REQUIRED_FLAGS)
+  if(RVVK_COMPILER_HAS_AVX2)
+    list(APPEND RVVK_VARIANTS x86_avx2)
+    # -ffp-contract=off: see x86_avx512 below.
+    set(RVVK_FLAGS_x86_avx2 ${_rvvk_avx2_flags} -ffp-contract=off -DRVVK_VEC_AVX2=1)
+  else()
+    message(WARNING "rvv-kernels: ${CMAKE_CXX_COMPILER} cannot compile AVX2 intrinsics; "
+                    "no x86_avx2 variant")
+  endif()
   set(_rvvk_avx512_flags -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c)
   set(_rvvk_probe_avx512 "
 #include <immintrin.h>

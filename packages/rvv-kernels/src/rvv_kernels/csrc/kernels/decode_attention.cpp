@@ -4,9 +4,10 @@
 // group are handled together so each K and V row is loaded once per group of
 // up to 4 heads. Keys are taken in blocks of kBlock: scores for the block
 // (q . k, one vector reduction per key and head), optional tanh logit cap,
-// online softmax (vector exp), then P.V accumulated in fp32. On x86 (AVX-512)
-// the two products have their own forms (namespace x86 below): K and V
-// converted once per key for all heads, scores reduced 16 keys at a time.
+// online softmax (vector exp), then P.V accumulated in fp32. On x86 (AVX-512
+// and AVX2) the two products have their own forms (namespace x86 below): K and
+// V converted once per key for all heads, scores reduced 16 (AVX-512) or 8
+// (AVX2) keys at a time.
 // Stage 2 merges the splits with their log-sum-exp and the optional sink.
 #include <algorithm>
 #include <cmath>
@@ -169,6 +170,7 @@ struct alignas(64) Zmm {
   __m512 v;
 };
 static_assert(sizeof(Zmm) == sizeof(__m512), "Zmm is a bare zmm");
+using Row = Zmm;
 
 // scores[g * kBlock + j] = qf[g] . k_j for all `group` heads, 16 keys at a time;
 // prefetches pf's rows (key j: pf's row j) along the way. kf: scratch.
@@ -245,6 +247,110 @@ void pv_block(float* acc, std::int64_t dim_v, std::int64_t group, const TV* cons
 }  // namespace x86
 #endif  // RVVK_VEC_AVX512
 
+#if defined(RVVK_VEC_AVX2)
+// The same two forms on AVX2 (x86_avx2), 8 lanes a register:
+// - K: 8 keys at a time, their rows converted to fp32 once (zero-padded to a
+//   multiple of 8 dims, 8 dims of the 8 keys side by side) into an L1 scratch;
+//   then per head one accumulator per key (8 FMAs per q vector, the K operand
+//   from memory) and one 8-to-1 transpose-add for the 8 scores;
+// - V: the accumulators of up to 6 heads x 16 dims stay in registers (12 of
+//   the 16 ymm) while each V row is converted once and multiplied into all.
+namespace x86 {
+using vec::avx2::active;
+using vec::avx2::ld;
+using vec::avx2::st;
+
+// Lane j (0 <= j < 8) of the result is the sum of the lanes of a[j].
+RVVK_ALWAYS_INLINE inline __m256 sum8(const __m256* a) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  // per 128-bit half: the partial sums of keys 0-3 (u0) and 4-7 (u1)
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// One ymm of scratch (a struct, as Zmm in the AVX-512 form).
+struct alignas(32) Row {
+  __m256 v;
+};
+static_assert(sizeof(Row) == sizeof(__m256), "Row is a bare ymm");
+
+inline std::size_t rest(std::int64_t n) { return active(static_cast<std::size_t>(n), 0); }
+
+// scores[g * kBlock + j] = qf[g] . k_j for all `group` heads, 8 keys at a time;
+// prefetches pf's rows (key j: pf's row j) along the way. kf: scratch.
+template <class TK>
+void qk_block(const float* qf, std::int64_t dim, std::int64_t group, const TK* const* krows,
+              std::int64_t nb, float* scores, const Prefetch<TK>& pf, std::vector<Row>& kf) {
+  const std::int64_t dv = (dim + 7) / 8;  // ymm per padded row
+  if (static_cast<std::int64_t>(kf.size()) < 8 * dv) kf.resize(static_cast<std::size_t>(8 * dv));
+  Row* const rows = kf.data();  // 8 dims of the 8 keys side by side: rows[i * 8 + j]
+  for (std::int64_t c0 = 0; c0 < nb; c0 += 8) {
+    const std::int64_t n = std::min<std::int64_t>(8, nb - c0);
+    for (std::int64_t j = 0; j < n; ++j) {
+      if (c0 + j < pf.n) {
+        detail::prefetch(pf.k[c0 + j], pf.k_bytes);
+        detail::prefetch(pf.v[c0 + j], pf.v_bytes);
+      }
+      const TK* k = krows[c0 + j];
+      for (std::int64_t i = 0; i < dv; ++i) rows[i * 8 + j].v = ld(k + 8 * i, rest(dim - 8 * i));
+    }
+    for (std::int64_t j = n; j < 8; ++j)
+      for (std::int64_t i = 0; i < dv; ++i) rows[i * 8 + j].v = _mm256_setzero_ps();
+    for (std::int64_t g = 0; g < group; ++g) {
+      const float* q = qf + g * dim;
+      const Row* kc = rows;
+      __m256 acc[8];
+      for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+      for (std::int64_t i = 0; i < dv; ++i, kc += 8) {
+        const __m256 qv = ld(q + 8 * i, rest(dim - 8 * i));
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(kc[j].v, qv, acc[j]);
+      }
+      st(scores + g * kBlock + c0, sum8(acc), static_cast<std::size_t>(n));
+    }
+  }
+}
+
+// acc[g] += sum_j p[g, j] * v_j for heads g0 <= g < g0 + NG, 16 dims at a time.
+template <int NG, class TV>
+void pv_heads(float* acc, std::int64_t dim_v, const TV* const* vrows, std::int64_t nb,
+              const float* p, std::int64_t g0) {
+  float* c = acc + g0 * dim_v;
+  const float* p0 = p + g0 * kBlock;
+  for (std::int64_t i = 0; i < dim_v; i += 16) {
+    const std::size_t n0 = rest(dim_v - i), n1 = dim_v - i > 8 ? rest(dim_v - i - 8) : 0;
+    __m256 a0[NG], a1[NG];
+    for (int g = 0; g < NG; ++g) {
+      a0[g] = ld(c + g * dim_v + i, n0);
+      a1[g] = n1 ? ld(c + g * dim_v + i + 8, n1) : _mm256_setzero_ps();
+    }
+    for (std::int64_t j = 0; j < nb; ++j) {
+      const __m256 v0 = ld(vrows[j] + i, n0);
+      const __m256 v1 = n1 ? ld(vrows[j] + i + 8, n1) : _mm256_setzero_ps();
+      for (int g = 0; g < NG; ++g) {
+        const __m256 pj = _mm256_set1_ps(p0[g * kBlock + j]);
+        a0[g] = _mm256_fmadd_ps(pj, v0, a0[g]);
+        a1[g] = _mm256_fmadd_ps(pj, v1, a1[g]);
+      }
+    }
+    for (int g = 0; g < NG; ++g) {
+      st(c + g * dim_v + i, a0[g], n0);
+      if (n1) st(c + g * dim_v + i + 8, a1[g], n1);
+    }
+  }
+}
+
+template <class TV>
+void pv_block(float* acc, std::int64_t dim_v, std::int64_t group, const TV* const* vrows,
+              std::int64_t nb, const float* p) {
+  for_head_groups<6>(group, [&](auto ng, std::int64_t g0) {
+    pv_heads<decltype(ng)::value>(acc, dim_v, vrows, nb, p, g0);
+  });
+}
+}  // namespace x86
+#endif  // RVVK_VEC_AVX2
+
 void scale_row(float* x, std::int64_t n, float s) {
   for (std::int64_t i = 0; i < n;) {
     const std::size_t vl = F::setvl(static_cast<std::size_t>(n - i));
@@ -287,8 +393,8 @@ float softmax_block(float* s, std::int64_t nb, float cap, float& m, float& l) {
 
 struct Scratch {
   std::vector<float> q, acc, scores, m, l;
-#if defined(RVVK_VEC_AVX512)
-  std::vector<x86::Zmm> kf;  // 16 keys' K rows in fp32 (x86::qk_block)
+#if defined(RVVK_VEC_AVX512) || defined(RVVK_VEC_AVX2)
+  std::vector<x86::Row> kf;  // 16 (AVX-512) or 8 (AVX2) keys' K rows in fp32 (x86::qk_block)
 #endif
 };
 Scratch& scratch() {
@@ -373,7 +479,7 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
         detail::prefetch(vrows[j], pf.v_bytes);
       }
     }
-#if defined(RVVK_VEC_AVX512)
+#if defined(RVVK_VEC_AVX512) || defined(RVVK_VEC_AVX2)
     x86::qk_block(sc.q.data(), dim, group, krows, nb, sc.scores.data(), pf, sc.kf);
 #else
     for_head_groups<4>(group, [&](auto ng, std::int64_t g0) {
@@ -389,7 +495,7 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
       if constexpr (kPerToken) mul_rows(s, vscale, nb);
       if (alpha != 1.0f) scale_row(sc.acc.data() + g * dim_v, dim_v, alpha);
     }
-#if defined(RVVK_VEC_AVX512)
+#if defined(RVVK_VEC_AVX512) || defined(RVVK_VEC_AVX2)
     x86::pv_block(sc.acc.data(), dim_v, group, vrows, nb, sc.scores.data());
 #else
     for_head_groups<4>(group, [&](auto ng, std::int64_t g0) {

@@ -124,7 +124,10 @@ CpuInfo detect() {
   CpuInfo info;
   info.source = "cpuid";
   __builtin_cpu_init();
-  // The compiler's runtime also checks (XGETBV) that the OS saves the AVX-512 state.
+  // The compiler's runtime also checks (XGETBV) that the OS saves the AVX and
+  // AVX-512 state.
+  info.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+              __builtin_cpu_supports("f16c");
   info.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   info.amx_bf16 = info.avx512 && detect_amx_bf16();

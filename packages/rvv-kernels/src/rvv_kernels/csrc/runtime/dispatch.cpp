@@ -26,6 +26,11 @@ namespace v_rvv_zvfh {
 #include "rvvk/kernels.def"
 }
 #endif
+#if RVVK_HAVE_x86_avx2
+namespace v_x86_avx2 {
+#include "rvvk/kernels.def"
+}
+#endif
 #if RVVK_HAVE_x86_avx512
 namespace v_x86_avx512 {
 #include "rvvk/kernels.def"
@@ -75,6 +80,13 @@ const Table kTables[] = {
     },
 #undef RVVK_TABLE_NS
 #endif
+#if RVVK_HAVE_x86_avx2
+#define RVVK_TABLE_NS v_x86_avx2
+    Table{"x86_avx2",
+#include "rvvk/kernels.def"
+    },
+#undef RVVK_TABLE_NS
+#endif
 #if RVVK_HAVE_x86_avx512
 #define RVVK_TABLE_NS v_x86_avx512
     Table{"x86_avx512",
@@ -99,6 +111,7 @@ bool runnable(const Table& t) {
   if (std::strcmp(t.name, "portable") == 0) return true;
   if (std::strcmp(t.name, "rvv") == 0) return cpu.has_v;
   if (std::strcmp(t.name, "rvv_zvfh") == 0) return cpu.has_v && cpu.zvfh;
+  if (std::strcmp(t.name, "x86_avx2") == 0) return cpu.avx2;
   if (std::strcmp(t.name, "x86_avx512") == 0) return cpu.avx512;
   if (std::strcmp(t.name, "x86_amx") == 0) return cpu.avx512 && cpu.amx_bf16;
   return false;

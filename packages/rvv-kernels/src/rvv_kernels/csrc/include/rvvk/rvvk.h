@@ -218,6 +218,7 @@ struct CpuInfo {
   bool zvfh = false;         // fp16 vector arithmetic
   bool zvfhmin = false;      // fp16 vector conversions
   bool zvfbfmin = false;     // bf16 vector conversions
+  bool avx2 = false;         // x86-64: AVX2, FMA and F16C usable (CPU and OS)
   bool avx512 = false;       // x86-64: AVX-512 F, BW, VL and DQ usable (CPU and OS)
   bool amx_bf16 = false;     // x86-64: AMX tiles with bf16 dot products and AVX512-BF16
                              // usable (CPU, OS, and this process allowed the tile data)

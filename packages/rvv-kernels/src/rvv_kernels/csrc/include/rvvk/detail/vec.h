@@ -4,13 +4,15 @@
 // compiled once per variant. On RISC-V with V the traits map to RVV 1.0
 // intrinsics (VLEN-agnostic: every loop is strip-mined with setvl); in the
 // x86_avx512 and x86_amx variants to AVX-512 intrinsics acting as a VLEN-512
-// unit (vec_avx512.h; x86_amx also gives extend attention AMX tiles); elsewhere, and for the scalar "-march=rv64gc" build, they map
-// to a portable emulation of a vector unit in plain C++.
+// unit (vec_avx512.h; x86_amx also gives extend attention AMX tiles); in
+// x86_avx2 to AVX2 + FMA + F16C acting as a VLEN-256 unit (vec_avx2.h);
+// elsewhere, and for the scalar "-march=rv64gc" build, to a portable emulation
+// of a vector unit in plain C++.
 //
 // RVV types are sizeless, so the layer is a set of traits with static member
 // functions templated on LMUL, never a class holding a vector.
 //
-// Conventions shared by both implementations:
+// Conventions shared by every implementation:
 //  - `vl` is the active length returned by setvl(); lanes >= vl of a result are
 //    unspecified (tail agnostic) unless the function ends in `_tu`, which leaves
 //    lanes >= vl of its first argument unchanged.
@@ -18,8 +20,8 @@
 //    fp32 lanes; rounding to bf16/f16 is round-to-nearest-even.
 //  - load_strided<T>/store_strided<T> do the same for elements `stride`
 //    elements apart (float, bf16, f16).
-//  - exp, tanh and erf are fp32 approximations on RVV and AVX-512 (a few ulp;
-//    see vec_rvv.h) and the C library's functions in the portable layer.
+//  - exp, tanh and erf are fp32 approximations on RVV, AVX-512 and AVX2 (a few
+//    ulp; see vec_rvv.h) and the C library's functions in the portable layer.
 #pragma once
 
 #include "rvvk/detail/scalar.h"
@@ -31,7 +33,7 @@
 #define RVVK_CONCAT_(a, b) a##b
 #define RVVK_CONCAT(a, b) RVVK_CONCAT_(a, b)
 #ifndef RVVK_VARIANT
-#error "RVVK_VARIANT must name the variant being compiled (portable, rvv, rvv_zvfh, x86_avx512, x86_amx)"
+#error "RVVK_VARIANT must name the variant being compiled (portable, rvv, rvv_zvfh, x86_avx2, x86_avx512, x86_amx)"
 #endif
 // Namespace that holds this translation unit's variant of every kernel and of
 // the vector layer itself (the variants' inline functions must not merge at
@@ -42,6 +44,8 @@
 #include "rvvk/detail/vec_rvv.h"
 #elif defined(RVVK_VEC_AVX512)
 #include "rvvk/detail/vec_avx512.h"
+#elif defined(RVVK_VEC_AVX2)
+#include "rvvk/detail/vec_avx2.h"
 #else
 #include "rvvk/detail/vec_portable.h"
 #endif
