@@ -16,7 +16,8 @@ batch x context in {1, 4, 16} x {512, 2048, 8192}, decode and extend:
   i.e. ``torch.ops.sgl_kernel.decode_attention_cpu`` / ``extend_attention_cpu``; on x86 the
   kernels' ``x86_amx`` variant where the CPU has AMX (extend's bf16 matrix products on AMX
   tiles, the rest as ``x86_avx512``), ``x86_avx512`` where it has AVX-512 (the same kernel
-  sources on the AVX-512 vector layer), else their portable path (plain C++ emulating a
+  sources on the AVX-512 vector layer), ``x86_avx2`` where it has AVX2 + FMA + F16C (on the
+  AVX2 vector layer), else their portable path (plain C++ emulating a
   256-bit vector unit); the JSON's ``machine.rvv_ops_build.active_variant`` says which ran.
 
 Decode: one new token per request after ``context - 1`` cached ones (the new K/V are written
@@ -575,8 +576,8 @@ def method(opts: Options) -> dict[str, Any]:
             "(init_forward_metadata + forward_decode / forward_extend)",
             "rvv_fallback": "rvv_attention.decode / extend with RVV_ATTENTION_IMPL=fallback",
             "rvv_kernel": "rvv_attention.decode / extend with RVV_ATTENTION_IMPL=kernel "
-            "(rvv-ops' sgl_kernel ops; on x86 the x86_amx or x86_avx512 kernel variant where the "
-            "CPU has AMX or AVX-512, else the portable one: see "
+            "(rvv-ops' sgl_kernel ops; on x86 the x86_amx, x86_avx512 or x86_avx2 kernel variant "
+            "where the CPU has AMX, AVX-512 or AVX2, else the portable one: see "
             "machine.rvv_ops_build.active_variant)",
         },
         "repeats": opts.repeats,

@@ -29,7 +29,7 @@ a weight of another dtype, tensors on another device, ...) go to SGLang's own me
 
 The switch is the environment variable ``SGLANG_RVV_LAYERS``: ``auto`` (default: on when the
 CPU has the RISC-V vector extension), ``1`` (on, on any host: how tests prove the routing on
-x86, where the ops run their AVX-512 or portable C++ path), ``0`` (off). With
+x86, where the ops run their AVX-512, AVX2 or portable C++ path), ``0`` (off). With
 ``SGLANG_RVV_LAYER_STATS=DIR`` every SGLang process writes its op-call counts (and the
 attention backend's calls by implementation, see :func:`stats`) to ``DIR/<pid>.json`` (at
 most once a second, and at exit).
