@@ -1,7 +1,8 @@
 """Turns the benchmark JSON files into PNG plots and docs/performance.md.
 
-Reads whichever of these exist under ``build/bench/`` (a missing one is reported as not
-run in the document):
+Reads whichever of these exist under ``build/bench/`` (for a missing one the section of
+the existing ``docs/performance.md`` is kept as it is, with a line saying so, or reported as
+not run if there is none - so one benchmark can be re-run and reported without the others):
 
 - ``kernels.json`` (``nox -s bench-kernels``): retired instructions per kernel call under
   QEMU, RVV build vs scalar build of the same source, per VLEN;
@@ -310,36 +311,43 @@ We have no RISC-V board. Every number here is a proxy:
   memory-bound step such as decode attention, a board's speed-up can be far below the
   instruction ratio. The DLEN-128 cycle estimate of section 2 is a model stated there,
   not a measurement.
-- **The x86 side by side** (section 3) runs the rvv-ops kernels' x86 variant (the same
-  kernel sources on the AVX-512 vector layer; on a CPU with AMX, extend's bf16 matrix
-  products on AMX tiles - the `x86_amx` variant), not the RVV code, against torch's x86
-  kernels (oneDNN, AVX-512, and AMX bf16 matrix units on this CPU). It shows
-  that all three implementations agree on the same SGLang batches, and how much of
-  torch_native's cost is structural (a Python loop over requests, a gathered copy of every
-  request's K/V, and in extend an attention over all `context` positions of which only the
-  new ones are kept). It says nothing direct about a board: there torch has no RVV
-  vectorisation at all (PyTorch's ATen has no RVV path), so torch_native is relatively
-  slower, while the kernels run their RVV variant instead of the AVX-512 one. Whether the
-  ratios grow or shrink on a board can only be measured on one.
+- **The x86 side by side** (section 3) runs the rvv-ops kernels' x86 variant - the same
+  kernel sources on the vector layer of the CPU at hand: `x86_avx2` (AVX2 + FMA + F16C, as a
+  VLEN-256 unit), `x86_avx512`, or `x86_amx` (extend's bf16 matrix products on AMX tiles);
+  section 3 names the one that ran - not the RVV code, against torch's x86 kernels (oneDNN
+  and ATen's vectorised code for the same CPU). It shows that all three implementations
+  agree on the same SGLang batches, and how much of torch_native's cost is structural (a
+  Python loop over requests, a gathered copy of every request's K/V, and in extend an
+  attention over all `context` positions of which only the new ones are kept). It says
+  nothing direct about a board: there torch has no RVV vectorisation at all (PyTorch's ATen
+  has no RVV path), so torch_native is relatively slower, while the kernels run their RVV
+  variant. Whether the ratios grow or shrink on a board can only be measured on one.
+- **The ratios depend on the host.** This project's sessions run on shared VMs whose CPU
+  changes: the runs so far were on an Intel Xeon with AVX-512 and AMX (kernels `x86_amx`;
+  last full run 2026-11-30 11:01: decode 7.3x torch_native at batch 16 / context 2048,
+  extend 1.9x at batch 4 / context 2048, decode bandwidth fraction 0.23 / 0.35 / 0.41 at
+  context 8192) and on an AMD EPYC (Zen 3) with AVX2 only (kernels `x86_avx2`, from
+  2026-11-30: see section 3). Before the `x86_avx2` variant existed, the EPYC ran the
+  kernels' portable C++ path: extend 0.17-0.19x torch_native, i.e. 5x slower, decode
+  2.0-2.2x (`--quick`, batch 1 and 4 / context 512); with it, extend 1.3-1.7x and decode
+  4.1-7.8x on the same quick cases, one run after the other (single thread, rvvk_bench:
+  decode 11x and extend 7x faster than the portable path). torch_native's own decode is
+  slower on the EPYC, which is most of why decode's ratio there is higher.
 - **Where the x86 kernels stand, and why.** Decode reads each request's K/V rows from
   wherever the allocator put them (random rows here, as in a long-running server): 256-byte
   pieces the hardware prefetchers cannot predict, so the kernel prefetches the next block's
-  rows itself. On x86 its two products have their own AVX-512 forms (each K and V row
-  converted once for all of a group's heads, the q.k sums of 16 keys reduced by one
+  rows itself. On x86 its two products have their own forms (each K and V row converted once
+  for all of a group's heads, the q.k sums of 16 (AVX-512) or 8 (AVX2) keys reduced by one
   transpose-add instead of one horizontal reduction per key and head, which made the
-  generic form compute-bound here). It is still not bandwidth-bound: on one thread and 4 KiB
-  pages, a batch-16 / context-2048 call over randomly placed rows took ~5.3 ms, about twice
-  what the same number of keys costs when they sit in the CPU's caches (~2.9 ms, scaled
-  from a batch-1 / context-512 call), while random 256-byte reads of a 16 MB buffer alone
-  run at 11-16 GB/s on one core here - the row waits and the arithmetic do not overlap well.
-  Part of the wait was TLB misses (a page-table walk per row, nested under the hypervisor):
-  the pools are now on 2 MiB pages (see the method), which made that call 20-45% faster -
-  and torch_native's decode faster too, so the ratio did not move. A prefetch distance of 2
-  or 3 blocks and prefetches spread evenly over the block's arithmetic (tried) did not help;
-  nor did decode on AMX tiles (tried: as fast as the AVX-512 forms on cached keys, 20-25%
-  slower over cold random rows, two threads, in one process alternating - not kept).
-  Random 256-byte reads alone reach ~22 GB/s with two threads here, so the KV bytes of a
-  batch-16 / context-2048 call could be read in ~1.5 ms; the kernel takes ~2-3x that.
+  generic form compute-bound). It is still not bandwidth-bound. On the Xeon, a batch-16 /
+  context-2048 call over random rows took ~5.3 ms on one thread, about twice what the same
+  keys cost in cache; 2 MiB pages for the pools made it 20-45% faster (and torch_native
+  too); prefetch distances of 2-3 blocks and decode on AMX tiles did not help (tried, not
+  kept). On the EPYC the AVX2 form costs ~125 ns per key and KV head on one thread (~360
+  cycles for 192 ymm FMAs, ~100 cycles at the measured 5.7 G FMA/s; perf puts a third of
+  the K product's samples on the wait for the K rows) - about 2 GB/s of KV per thread,
+  against 10.8 GB/s of sequential reads per thread here, so its bandwidth fraction is lower
+  than the Xeon's.
   Extend is compute-bound. With AMX the kernels' two matrix products run on the tiles like
   torch's, but keep more precision than torch's bf16 SDPA: the probabilities go to the
   tiles as two bf16 parts (hi + lo, twice the P.V tile work) so the result matches the fp32
@@ -347,13 +355,16 @@ We have no RISC-V board. Every number here is a proxy:
   exp per score: 8 instructions per 16 scores with vscalefps, 8% faster overall than the
   general 18-instruction exp); K and V are re-laid into tile layout per block of 128 keys,
   once per request and thread for all its query blocks (5-8% faster than per query block).
-  Measured on this machine (single thread, batch 4 / context 2048; perf samples by code
+  Measured on the Xeon (single thread, batch 4 / context 2048; perf samples by code
   address, before the faster exp): the tile products ~57% (P.V 34, q.k 23), the softmax
   ~37%. Dropping the lo part would save about 15% but, rounded or not, misses the tests'
   one-ulp bound (a tolerance decision, not taken); summing a row's max and sum as trees
   instead of chains, and running all three steps per 32-row pass, changed nothing
-  measurable. The bandwidth fraction divides by the copy bandwidth measured in the same
-  run, which itself varies between runs on this shared VM (14.6 to 25.5 GB/s across the
+  measurable. On the EPYC (no bf16 matrix unit) both products are fp32 FMAs on the AVX2
+  layer: 84% of the samples (q.k 45%, P.V 39%), ~43 GFLOP/s on one thread against the
+  ~92 GFLOP/s the core's FMAs reach; four accumulators per pass instead of three (tried)
+  changed nothing. The bandwidth fraction divides by the copy bandwidth measured in the same
+  run, which itself varies between runs on these shared VMs (14.6 to 25.5 GB/s across the
   recorded runs). None of this carries over to RISC-V, where the matrix products are the
   RVV code measured in sections 1 and 2.
 - A board result also depends on its memory system, thread count and clock, none of
@@ -361,9 +372,47 @@ We have no RISC-V board. Every number here is a proxy:
 """
 
 
+def _old_sections(doc: Path) -> dict[str, list[str]]:
+    """The numbered sections ("## 1." ...) of an existing report, by number, without any
+    earlier "kept" line."""
+    sections: dict[str, list[str]] = {}
+    if not doc.exists():
+        return sections
+    current: list[str] | None = None
+    for line in doc.read_text().splitlines():
+        if line.startswith("## "):
+            number = line[3:].split(" ", 1)[0]
+            current = sections.setdefault(number, []) if number[:1].isdigit() else None
+        if current is not None and not line.startswith(KEPT):
+            current.append(line)
+    return sections
+
+
+KEPT = "_Kept from an earlier report:"
+
+
+def _section(
+    number: str,
+    name: str,
+    old: dict[str, list[str]],
+    make: Any,
+    plt: Any,
+    data: dict[str, Any] | None,
+    img: Path,
+) -> list[str]:
+    """Section `number` from `data`, else the earlier report's, else make's 'not run'."""
+    if data is None and number in old:
+        body = old[number]
+        note = f"{KEPT} this report's run had no `build/bench/{name}`._"
+        return [body[0], "", note, *body[1:]]
+    lines: list[str] = make(plt, data, img)
+    return lines
+
+
 def render(bench_dir: Path, docs: Path) -> str:
     plt = _pyplot()
     img = docs / "performance"
+    old = _old_sections(docs / "performance.md")
     lines = [
         "# Performance evidence",
         "",
@@ -372,9 +421,12 @@ def render(bench_dir: Path, docs: Path) -> str:
         f"{datetime.datetime.now(datetime.UTC).date().isoformat()}.",
         "",
     ]
-    lines += kernels_section(plt, _load(bench_dir / "kernels.json"), img)
-    lines += e2e_section(plt, _load(bench_dir / "e2e_riscv.json"), img)
-    lines += x86_section(plt, _load(bench_dir / "x86.json"), img)
+    for number, name, make in (
+        ("1.", "kernels.json", kernels_section),
+        ("2.", "e2e_riscv.json", e2e_section),
+        ("3.", "x86.json", x86_section),
+    ):
+        lines += _section(number, name, old, make, plt, _load(bench_dir / name), img)
     lines += PROXIES.splitlines()
     return "\n".join(lines).rstrip() + "\n"
 
