@@ -174,20 +174,19 @@ RVVK_ALWAYS_INLINE inline __m512 sum16(const __m512* a) {
 
 // One zmm of scratch (a struct: std::vector<__m512> would drop __m512's
 // attributes from the template argument, which GCC warns about).
-struct alignas(64) Zmm {
+struct alignas(64) Row {
   __m512 v;
 };
-static_assert(sizeof(Zmm) == sizeof(__m512), "Zmm is a bare zmm");
-using Row = Zmm;
+static_assert(sizeof(Row) == sizeof(__m512), "Row is a bare zmm");
 
 // scores[g * kBlock + j] = qf[g] . k_j for all `group` heads, 16 keys at a time;
 // prefetches pf's rows (key j: pf's row j) along the way. kf: scratch.
 template <class TK>
 void qk_block(const float* qf, std::int64_t dim, std::int64_t group, const TK* const* krows,
-              std::int64_t nb, float* scores, const Prefetch<TK>& pf, std::vector<Zmm>& kf) {
+              std::int64_t nb, float* scores, const Prefetch<TK>& pf, std::vector<Row>& kf) {
   const std::int64_t dv = (dim + 15) / 16;  // zmm per padded row
   if (static_cast<std::int64_t>(kf.size()) < 16 * dv) kf.resize(static_cast<std::size_t>(16 * dv));
-  Zmm* const rows = kf.data();  // 16 dims of the 16 keys side by side: rows[i * 16 + j]
+  Row* const rows = kf.data();  // 16 dims of the 16 keys side by side: rows[i * 16 + j]
   for (std::int64_t c0 = 0; c0 < nb; c0 += 16) {
     const std::int64_t n = std::min<std::int64_t>(16, nb - c0);
     for (std::int64_t j = 0; j < n; ++j) {
@@ -203,7 +202,7 @@ void qk_block(const float* qf, std::int64_t dim, std::int64_t group, const TK* c
       for (std::int64_t i = 0; i < dv; ++i) rows[i * 16 + j].v = _mm512_setzero_ps();
     for (std::int64_t g = 0; g < group; ++g) {
       const float* q = qf + g * dim;
-      const Zmm* kc = rows;
+      const Row* kc = rows;
       __m512 acc[16];
       for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
       for (std::int64_t i = 0; i < dv; ++i, kc += 16) {
@@ -277,7 +276,7 @@ RVVK_ALWAYS_INLINE inline __m256 sum8(const __m256* a) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-// One ymm of scratch (a struct, as Zmm in the AVX-512 form).
+// One ymm of scratch (a struct, as in the AVX-512 form).
 struct alignas(32) Row {
   __m256 v;
 };
