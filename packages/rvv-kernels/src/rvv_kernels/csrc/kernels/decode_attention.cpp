@@ -6,8 +6,7 @@
 // (q . k, one vector reduction per key and head), optional tanh logit cap,
 // online softmax (vector exp), then P.V accumulated in fp32. On x86 (AVX-512
 // and AVX2) the two products have their own forms (namespace x86 below): K and
-// V converted once per key for all heads, scores reduced 16 (AVX-512) or 8
-// (AVX2) keys at a time.
+// V converted once per key for up to 8 (AVX-512) or 6 (AVX2) heads.
 // Stage 2 merges the splits with their log-sum-exp and the optional sink.
 #include <algorithm>
 #include <cmath>
@@ -27,11 +26,15 @@ namespace {
 
 using F = vec::F32<4>;
 // Keys per block. The next block's K and V rows are prefetched while this one is
-// computed: on AVX2 (x86_avx2) 32, so both blocks' rows (2 x 16 KiB at head size
-// 128, bf16) fit a 32 KiB L1D - measured on a Zen 3, B16 / context 8192 over
-// random rows, one thread: 55-66 ms against 65-73 ms with 64 and 79-101 with 16.
+// computed. On AVX2 (x86_avx2) 32: with the prefetching below, B16 / context
+// 8192 over random rows on a Zen 3, two threads on 2 MiB pages, took 20-24 ms
+// against 27-30 with 64 and 22-27 with 16 (the 64-key form of an earlier
+// prefetch scheme: 55-66 ms on one thread against 65-73 with 64).
 #if defined(RVVK_VEC_AVX2)
 constexpr std::int64_t kBlock = 32;
+// On AVX2 the K product prefetches the K row kAhead keys ahead of the one it
+// is on (8, 16 and 32 measured the same).
+constexpr std::int64_t kAhead = 16;
 #else
 constexpr std::int64_t kBlock = 64;
 #endif
@@ -53,9 +56,16 @@ void mul_rows(float* s, const float* f, std::int64_t n) {
 template <class TKV>
 struct Prefetch {
   std::int64_t k_bytes, v_bytes;
-  const TKV* const* k = nullptr;
-  const TKV* const* v = nullptr;
-  std::int64_t n = 0;
+  const TKV* const* k = nullptr;  // null: no K rows
+  const TKV* const* v = nullptr;  // null: no V rows
+  std::int64_t n = 0;        // rows [0, n)
+  std::int64_t ahead = 0;    // on key j, the products prefetch row j + ahead
+  // Prefetches key j's rows. Always inlined: GCC 12 infers that an out-of-line
+  // function doing nothing but prefetch has no side effects and drops its calls.
+  RVVK_ALWAYS_INLINE void row(std::int64_t j) const {
+    if (k) detail::prefetch(k[j], k_bytes);
+    if (v) detail::prefetch(v[j], v_bytes);
+  }
 };
 
 // scores[g * kBlock + j] = qf[g] . k_j for heads g0 <= g < g0 + NG; prefetches
@@ -255,13 +265,20 @@ void pv_block(float* acc, std::int64_t dim_v, std::int64_t group, const TV* cons
 #endif  // RVVK_VEC_AVX512
 
 #if defined(RVVK_VEC_AVX2)
-// The same two forms on AVX2 (x86_avx2), 8 lanes a register:
-// - K: 8 keys at a time, their rows converted to fp32 once (zero-padded to a
-//   multiple of 8 dims, 8 dims of the 8 keys side by side) into an L1 scratch;
-//   then per head one accumulator per key (8 FMAs per q vector, the K operand
-//   from memory) and one 8-to-1 transpose-add for the 8 scores;
+// The two products on AVX2 (x86_avx2), 8 lanes a register:
+// - K: up to 6 heads x KS keys of accumulators in registers (2 keys for 5-6
+//   heads, up to 8 for one head: at most 12 of the 16 ymm), each 8-dim chunk of
+//   a K row converted once and multiplied into all the heads; the 8-lane sums
+//   go to an L1 scratch and one 8-to-1 transpose-add makes 8 keys' scores;
 // - V: the accumulators of up to 6 heads x 16 dims stay in registers (12 of
 //   the 16 ymm) while each V row is converted once and multiplied into all.
+// Prefetching: the K product asks for the K row kAhead keys ahead (across the
+// block's end), the V product for the next block's V rows spread over its
+// passes, so the requests are spread over the block and each comes well before
+// its use. On a Zen 3, B16 / context 8192 over random rows, two threads: about
+// 1.35x faster than a whole next block's rows asked for during the K product
+// (with the earlier form of the K product: 8 keys' rows converted to an fp32
+// scratch, then 8 accumulators per head; same speed in cache, slower from DRAM).
 namespace x86 {
 using vec::avx2::active;
 using vec::avx2::ld;
@@ -284,61 +301,117 @@ static_assert(sizeof(Row) == sizeof(__m256), "Row is a bare ymm");
 
 inline std::size_t rest(std::int64_t n) { return active(static_cast<std::size_t>(n), 0); }
 
-// scores[g * kBlock + j] = qf[g] . k_j for all `group` heads, 8 keys at a time;
-// prefetches pf's rows (key j: pf's row j) along the way. kf: scratch.
-template <class TK>
-void qk_block(const float* qf, std::int64_t dim, std::int64_t group, const TK* const* krows,
-              std::int64_t nb, float* scores, const Prefetch<TK>& pf, std::vector<Row>& kf) {
-  const std::int64_t dv = (dim + 7) / 8;  // ymm per padded row
-  if (static_cast<std::int64_t>(kf.size()) < 8 * dv) kf.resize(static_cast<std::size_t>(8 * dv));
-  Row* const rows = kf.data();  // 8 dims of the 8 keys side by side: rows[i * 8 + j]
-  for (std::int64_t c0 = 0; c0 < nb; c0 += 8) {
-    const std::int64_t n = std::min<std::int64_t>(8, nb - c0);
-    for (std::int64_t j = 0; j < n; ++j) {
-      if (c0 + j < pf.n) {
-        detail::prefetch(pf.k[c0 + j], pf.k_bytes);
-        detail::prefetch(pf.v[c0 + j], pf.v_bytes);
-      }
-      const TK* k = krows[c0 + j];
-      for (std::int64_t i = 0; i < dv; ++i) rows[i * 8 + j].v = ld(k + 8 * i, rest(dim - 8 * i));
+// Keys per step of qk_heads for NG heads: NG x KS accumulators, at most 12, so
+// with the operands they fit the 16 ymm.
+template <int NG>
+inline constexpr int kKeysPerStep = NG == 1 ? 8 : NG == 2 ? 6 : NG == 3 ? 4 : NG == 4 ? 3 : 2;
+// Rows of scratch per head in qk_heads' partial sums: a block plus a step's overhang.
+constexpr std::int64_t kPartRows = kBlock + 8;
+
+// acc[g][s] += qf[g0 + g] . k_s over the 8-dim chunk at d (n dims of it), for KS
+// keys: each K chunk is converted once and multiplied into all NG heads. With
+// at least as many heads as keys the keys' chunks stay in registers while the
+// heads' q chunks stream from L1; else the other way round.
+template <int NG, int KS, class TK>
+RVVK_ALWAYS_INLINE inline void qk_chunk(__m256 (&acc)[NG][KS], const float* q, std::int64_t dim,
+                                        const TK* const (&k)[KS], std::int64_t d, std::size_t n) {
+  if constexpr (NG >= KS) {
+    __m256 kv[KS];
+    for (int s = 0; s < KS; ++s) kv[s] = ld(k[s] + d, n);
+    for (int g = 0; g < NG; ++g) {
+      const __m256 qv = ld(q + g * dim + d, n);
+      for (int s = 0; s < KS; ++s) acc[g][s] = _mm256_fmadd_ps(qv, kv[s], acc[g][s]);
     }
-    for (std::int64_t j = n; j < 8; ++j)
-      for (std::int64_t i = 0; i < dv; ++i) rows[i * 8 + j].v = _mm256_setzero_ps();
-    for (std::int64_t g = 0; g < group; ++g) {
-      const float* q = qf + g * dim;
-      const Row* kc = rows;
-      __m256 acc[8];
-      for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-      for (std::int64_t i = 0; i < dv; ++i, kc += 8) {
-        const __m256 qv = ld(q + 8 * i, rest(dim - 8 * i));
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(kc[j].v, qv, acc[j]);
-      }
-      st(scores + g * kBlock + c0, sum8(acc), static_cast<std::size_t>(n));
+  } else {
+    __m256 qv[NG];
+    for (int g = 0; g < NG; ++g) qv[g] = ld(q + g * dim + d, n);
+    for (int s = 0; s < KS; ++s) {
+      const __m256 kv = ld(k[s] + d, n);
+      for (int g = 0; g < NG; ++g) acc[g][s] = _mm256_fmadd_ps(qv[g], kv, acc[g][s]);
     }
   }
 }
 
+// part[g * kPartRows + j]: 8 lanes summing to qf[g0 + g] . k_j, for heads
+// g0 <= g < g0 + NG, KS keys at a time (a last short step repeats its first
+// key; those sums land in the overhang and are never read). On key j
+// prefetches pf's row j + pf.ahead, when pf is given.
+template <int NG, class TK>
+void qk_heads(const float* qf, std::int64_t dim, const TK* const* krows, std::int64_t nb,
+              Row* part, std::int64_t g0, const Prefetch<TK>* pf) {
+  constexpr int KS = kKeysPerStep<NG>;
+  const std::int64_t full = dim - dim % 8;
+  const std::size_t tail = static_cast<std::size_t>(dim % 8);
+  const float* q = qf + g0 * dim;
+  Row* out = part + g0 * kPartRows;
+  for (std::int64_t j0 = 0; j0 < nb; j0 += KS) {
+    const TK* k[KS];
+    for (int s = 0; s < KS; ++s) k[s] = krows[j0 + s < nb ? j0 + s : j0];
+    if (pf)
+      for (std::int64_t j = j0 + pf->ahead; j < std::min(j0 + KS + pf->ahead, pf->n); ++j)
+        pf->row(j);
+    __m256 acc[NG][KS];
+    for (int g = 0; g < NG; ++g)
+      for (int s = 0; s < KS; ++s) acc[g][s] = _mm256_setzero_ps();
+    for (std::int64_t d = 0; d < full; d += 8) qk_chunk<NG, KS>(acc, q, dim, k, d, 8);
+    if (tail) qk_chunk<NG, KS>(acc, q, dim, k, full, tail);
+    for (int g = 0; g < NG; ++g)
+      for (int s = 0; s < KS; ++s) out[g * kPartRows + j0 + s].v = acc[g][s];
+  }
+}
+
+// scores[g * kBlock + j] = qf[g] . k_j for all `group` heads; pf as in
+// qk_heads. part: scratch.
+template <class TK>
+void qk_block(const float* qf, std::int64_t dim, std::int64_t group, const TK* const* krows,
+              std::int64_t nb, float* scores, const Prefetch<TK>& pf, std::vector<Row>& part) {
+  if (static_cast<std::int64_t>(part.size()) < group * kPartRows)
+    part.resize(static_cast<std::size_t>(group * kPartRows));
+  for_head_groups<6>(group, [&](auto ng, std::int64_t g0) {
+    qk_heads<decltype(ng)::value>(qf, dim, krows, nb, part.data(), g0, g0 == 0 ? &pf : nullptr);
+  });
+  for (std::int64_t g = 0; g < group; ++g)
+    for (std::int64_t c0 = 0; c0 < nb; c0 += 8)
+      st(scores + g * kBlock + c0, sum8(&part[static_cast<std::size_t>(g * kPartRows + c0)].v),
+         static_cast<std::size_t>(std::min<std::int64_t>(8, nb - c0)));
+}
+
 // acc[g] += sum_j p[g, j] * v_j for heads g0 <= g < g0 + NG, 16 dims at a time.
+// Spreads pf's rows (when given) over the passes: before the pass over dims
+// [16t, 16t + 16), the rows j with j % passes == t.
 template <int NG, class TV>
 void pv_heads(float* acc, std::int64_t dim_v, const TV* const* vrows, std::int64_t nb,
-              const float* p, std::int64_t g0) {
+              const float* p, std::int64_t g0, const Prefetch<TV>* pf) {
   float* c = acc + g0 * dim_v;
   const float* p0 = p + g0 * kBlock;
-  for (std::int64_t i = 0; i < dim_v; i += 16) {
+  const std::int64_t passes = (dim_v + 15) / 16;
+  for (std::int64_t i = 0, t = 0; i < dim_v; i += 16, ++t) {
+    if (pf)
+      for (std::int64_t j = t; j < pf->n; j += passes) pf->row(j);
     const std::size_t n0 = rest(dim_v - i), n1 = dim_v - i > 8 ? rest(dim_v - i - 8) : 0;
     __m256 a0[NG], a1[NG];
     for (int g = 0; g < NG; ++g) {
       a0[g] = ld(c + g * dim_v + i, n0);
       a1[g] = n1 ? ld(c + g * dim_v + i + 8, n1) : _mm256_setzero_ps();
     }
-    for (std::int64_t j = 0; j < nb; ++j) {
-      const __m256 v0 = ld(vrows[j] + i, n0);
-      const __m256 v1 = n1 ? ld(vrows[j] + i + 8, n1) : _mm256_setzero_ps();
-      for (int g = 0; g < NG; ++g) {
-        const __m256 pj = _mm256_set1_ps(p0[g * kBlock + j]);
-        a0[g] = _mm256_fmadd_ps(pj, v0, a0[g]);
-        a1[g] = _mm256_fmadd_ps(pj, v1, a1[g]);
+    if (n1 == 8) {  // a whole 16 dims: no tails in the key loop
+      for (std::int64_t j = 0; j < nb; ++j) {
+        const __m256 v0 = ld(vrows[j] + i, 8), v1 = ld(vrows[j] + i + 8, 8);
+        for (int g = 0; g < NG; ++g) {
+          const __m256 pj = _mm256_set1_ps(p0[g * kBlock + j]);
+          a0[g] = _mm256_fmadd_ps(pj, v0, a0[g]);
+          a1[g] = _mm256_fmadd_ps(pj, v1, a1[g]);
+        }
+      }
+    } else {
+      for (std::int64_t j = 0; j < nb; ++j) {
+        const __m256 v0 = ld(vrows[j] + i, n0);
+        const __m256 v1 = n1 ? ld(vrows[j] + i + 8, n1) : _mm256_setzero_ps();
+        for (int g = 0; g < NG; ++g) {
+          const __m256 pj = _mm256_set1_ps(p0[g * kBlock + j]);
+          a0[g] = _mm256_fmadd_ps(pj, v0, a0[g]);
+          a1[g] = _mm256_fmadd_ps(pj, v1, a1[g]);
+        }
       }
     }
     for (int g = 0; g < NG; ++g) {
@@ -350,9 +423,9 @@ void pv_heads(float* acc, std::int64_t dim_v, const TV* const* vrows, std::int64
 
 template <class TV>
 void pv_block(float* acc, std::int64_t dim_v, std::int64_t group, const TV* const* vrows,
-              std::int64_t nb, const float* p) {
+              std::int64_t nb, const float* p, const Prefetch<TV>& pf) {
   for_head_groups<6>(group, [&](auto ng, std::int64_t g0) {
-    pv_heads<decltype(ng)::value>(acc, dim_v, vrows, nb, p, g0);
+    pv_heads<decltype(ng)::value>(acc, dim_v, vrows, nb, p, g0, g0 == 0 ? &pf : nullptr);
   });
 }
 }  // namespace x86
@@ -401,7 +474,9 @@ float softmax_block(float* s, std::int64_t nb, float cap, float& m, float& l) {
 struct Scratch {
   std::vector<float> q, acc, scores, m, l;
 #if defined(RVVK_VEC_AVX512) || defined(RVVK_VEC_AVX2)
-  std::vector<x86::Row> kf;  // 16 (AVX-512) or 8 (AVX2) keys' K rows in fp32 (x86::qk_block)
+  // x86::qk_block's scratch: 16 keys' K rows in fp32 (AVX-512), the heads'
+  // 8-lane partial scores (AVX2)
+  std::vector<x86::Row> kf;
 #endif
 };
 Scratch& scratch() {
@@ -447,13 +522,11 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
   constexpr bool kPerToken = std::is_same_v<TKV, std::int8_t>;
   const std::int64_t req = a.req_pool_indices[b];
   float kscale[kBlock], vscale[kBlock];
-  // Row pointers of the current block and of the next one (the buffers swap
-  // roles every block); the first pass over the current block's keys
-  // prefetches the next block's rows, one key per key.
-  const TKV* kbuf[2][kBlock];
-  const TKV* vbuf[2][kBlock];
-  int cur = 0;
-  std::int64_t ready = 0;  // rows of the current block already in kbuf/vbuf[cur]
+  // Row pointers of the current block ([0, kBlock)) and of the next one
+  // ([kBlock, 2 kBlock)), moved down after each block.
+  const TKV* kb[2 * kBlock];
+  const TKV* vb[2 * kBlock];
+  std::int64_t ready = 0;  // rows of the current block already in kb/vb
   // This KV head's K and V rows of positions [p0, p0 + n).
   auto rows_of = [&](std::int64_t p0, std::int64_t n, const TKV** kr, const TKV** vr) {
     for (std::int64_t j = 0; j < n; ++j) {
@@ -462,13 +535,11 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
       vr[j] = at<TKV>(c.v, row * c.v_stride_t + kvh * c.v_stride_h);
     }
   };
-  Prefetch<TKV> pf{dim * static_cast<std::int64_t>(sizeof(TKV)),
-                   dim_v * static_cast<std::int64_t>(sizeof(TKV))};
+  const std::int64_t k_bytes = dim * static_cast<std::int64_t>(sizeof(TKV));
+  const std::int64_t v_bytes = dim_v * static_cast<std::int64_t>(sizeof(TKV));
   for (std::int64_t t0 = lo; t0 < hi; t0 += kBlock) {
     const std::int64_t nb = std::min(kBlock, hi - t0);
-    const TKV** krows = kbuf[cur];
-    const TKV** vrows = vbuf[cur];
-    if (ready < nb) rows_of(t0 + ready, nb - ready, krows + ready, vrows + ready);
+    if (ready < nb) rows_of(t0 + ready, nb - ready, kb + ready, vb + ready);
     if constexpr (kPerToken) {
       for (std::int64_t j = 0; j < nb; ++j) {
         const std::int64_t row = cache_row(c, req, t0 + j);
@@ -476,23 +547,40 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
         vscale[j] = c.v_scales[row * c.scales_stride + kvh];
       }
     }
-    pf.n = detail::kCanPrefetch ? std::clamp<std::int64_t>(hi - t0 - kBlock, 0, kBlock) : 0;
-    pf.k = kbuf[1 - cur];
-    pf.v = vbuf[1 - cur];
-    rows_of(t0 + kBlock, pf.n, kbuf[1 - cur], vbuf[1 - cur]);
+    // The next block's rows, to prefetch (none where the target cannot).
+    const std::int64_t next =
+        detail::kCanPrefetch ? std::clamp<std::int64_t>(hi - t0 - kBlock, 0, kBlock) : 0;
+    rows_of(t0 + kBlock, next, kb + kBlock, vb + kBlock);
+#if defined(RVVK_VEC_AVX2)
+    // AVX2: the K product asks for the K row kAhead keys ahead of the one it
+    // is on (into the next block at its end), the V product for the next
+    // block's V rows spread over its passes: requests evenly spread over the
+    // block, each well ahead of its use. (A whole block's rows at once, a
+    // block ahead, as below, kept the decode at about half the rate at which
+    // this machine streams such rows.)
+    if (t0 == lo) {  // nothing prefetched the first rows
+      for (std::int64_t j = 0; j < std::min(nb, kAhead); ++j) detail::prefetch(kb[j], k_bytes);
+      for (std::int64_t j = 0; j < nb; ++j) detail::prefetch(vb[j], v_bytes);
+    }
+    const Prefetch<TKV> pf_k{k_bytes, v_bytes, kb, nullptr, nb + next, kAhead};
+    const Prefetch<TKV> pf_v{k_bytes, v_bytes, nullptr, vb + kBlock, next, 0};
+    x86::qk_block(sc.q.data(), dim, group, kb, nb, sc.scores.data(), pf_k, sc.kf);
+#else
+    const Prefetch<TKV> pf{k_bytes, v_bytes, kb + kBlock, vb + kBlock, next, 0};
     if (detail::kCanPrefetch && t0 == lo) {  // nothing prefetched the first block
       for (std::int64_t j = 0; j < nb; ++j) {
-        detail::prefetch(krows[j], pf.k_bytes);
-        detail::prefetch(vrows[j], pf.v_bytes);
+        detail::prefetch(kb[j], k_bytes);
+        detail::prefetch(vb[j], v_bytes);
       }
     }
-#if defined(RVVK_VEC_AVX512) || defined(RVVK_VEC_AVX2)
-    x86::qk_block(sc.q.data(), dim, group, krows, nb, sc.scores.data(), pf, sc.kf);
+#if defined(RVVK_VEC_AVX512)
+    x86::qk_block(sc.q.data(), dim, group, kb, nb, sc.scores.data(), pf, sc.kf);
 #else
     for_head_groups<4>(group, [&](auto ng, std::int64_t g0) {
-      qk_heads<decltype(ng)::value>(sc.q.data(), dim, krows, nb, sc.scores.data(), g0,
+      qk_heads<decltype(ng)::value>(sc.q.data(), dim, kb, nb, sc.scores.data(), g0,
                                     g0 == 0 ? &pf : nullptr);
     });
+#endif
 #endif
     for (std::int64_t g = 0; g < group; ++g) {
       float* s = sc.scores.data() + g * kBlock;
@@ -502,15 +590,18 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
       if constexpr (kPerToken) mul_rows(s, vscale, nb);
       if (alpha != 1.0f) scale_row(sc.acc.data() + g * dim_v, dim_v, alpha);
     }
-#if defined(RVVK_VEC_AVX512) || defined(RVVK_VEC_AVX2)
-    x86::pv_block(sc.acc.data(), dim_v, group, vrows, nb, sc.scores.data());
+#if defined(RVVK_VEC_AVX2)
+    x86::pv_block(sc.acc.data(), dim_v, group, vb, nb, sc.scores.data(), pf_v);
+#elif defined(RVVK_VEC_AVX512)
+    x86::pv_block(sc.acc.data(), dim_v, group, vb, nb, sc.scores.data());
 #else
     for_head_groups<4>(group, [&](auto ng, std::int64_t g0) {
-      pv_heads<decltype(ng)::value>(sc.acc.data(), dim_v, vrows, nb, sc.scores.data(), g0);
+      pv_heads<decltype(ng)::value>(sc.acc.data(), dim_v, vb, nb, sc.scores.data(), g0);
     });
 #endif
-    ready = pf.n;  // the next block's rows
-    cur = 1 - cur;
+    std::copy_n(kb + kBlock, next, kb);
+    std::copy_n(vb + kBlock, next, vb);
+    ready = next;
   }
 
   for (std::int64_t g = 0; g < group; ++g) {
