@@ -343,12 +343,18 @@ We have no RISC-V board. Every number here is a proxy:
   context-2048 call over random rows took ~5.3 ms on one thread, about twice what the same
   keys cost in cache; 2 MiB pages for the pools made it 20-45% faster (and torch_native
   too); prefetch distances of 2-3 blocks and decode on AMX tiles did not help (tried, not
-  kept). On the EPYC the AVX2 form costs ~125 ns per key and KV head on one thread (~360
-  cycles for 192 ymm FMAs, ~100 cycles at the measured 5.7 G FMA/s; perf puts a third of
-  the K product's samples on the wait for the K rows) - about 2 GB/s of KV per thread,
-  against 10.8 GB/s of sequential reads per thread here, so its bandwidth fraction is lower
-  than the Xeon's. Blocks of 32 keys instead of 64 there (the current and the prefetched
-  block's rows then fit the 32 KiB L1D) made calls over random rows 10-15% faster.
+  kept). On the EPYC the AVX2 form costs ~72 ns per key and KV head on one thread with
+  the rows in cache (~200 cycles for 192 ymm FMAs, ~100 cycles at the measured 5.5-5.7 G
+  FMA/s), and from DRAM over random rows about twice that. A scratch program that only
+  reads the same rows (random 256-byte K and V pieces, 2 MiB pages, best prefetch
+  distance) streams them at ~8 GB/s on two threads - about half the copy bandwidth, i.e. a
+  bandwidth fraction of ~0.5 is this access pattern's own ceiling here. What got the kernel
+  closer (B16 / C8192, two threads: ~36 -> ~26 ms in a scratch harness): prefetches spread
+  over the block (K rows 16 keys ahead, the next block's V rows during P.V, instead of a
+  whole block's rows at once during q.k), a q.k form with 6 heads x 2 keys of accumulators
+  in registers, and making the prefetch helpers always inline - GCC 12 had inferred that an
+  out-of-line function doing nothing but prefetch has no side effects and dropped its calls.
+  Blocks of 32 keys (64 and 16 were slower).
   Extend is compute-bound. With AMX the kernels' two matrix products run on the tiles like
   torch's, but keep more precision than torch's bf16 SDPA: the probabilities go to the
   tiles as two bf16 parts (hi + lo, twice the P.V tile work) so the result matches the fp32
