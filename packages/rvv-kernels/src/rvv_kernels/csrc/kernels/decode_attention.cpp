@@ -5,8 +5,9 @@
 // up to 4 heads. Keys are taken in blocks of kBlock: scores for the block
 // (q . k, one vector reduction per key and head), optional tanh logit cap,
 // online softmax (vector exp), then P.V accumulated in fp32. On x86 (AVX-512
-// and AVX2) the two products have their own forms (namespace x86 below): K and
-// V converted once per key for up to 8 (AVX-512) or 6 (AVX2) heads.
+// and AVX2) the two products have their own forms (namespace x86 below): on
+// AVX-512 each K row converted once for all the group's heads and each V row
+// once per 8 heads, on AVX2 both once per 6 heads.
 // Stage 2 merges the splits with their log-sum-exp and the optional sink.
 #include <algorithm>
 #include <cmath>
