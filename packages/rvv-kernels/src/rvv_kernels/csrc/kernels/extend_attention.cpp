@@ -71,6 +71,31 @@ Scratch& scratch() {
   return s;
 }
 
+// K / V of one request and KV head in fp32 (scales folded in), shared by the
+// tasks of that request a thread runs within one call; have[i]: how many
+// positions of block i (kBlockN from i * kBlockN) are converted. Requests
+// longer than kMaxConvertedWords / (dim + dim_v) positions convert per task.
+struct Converted {
+  std::int64_t b = -1, kvh = -1;
+  std::vector<float> k, v;
+  std::vector<std::int32_t> have;
+};
+Converted& converted() {
+  thread_local Converted c;
+  return c;
+}
+constexpr std::int64_t kMaxConvertedWords = std::int64_t{4} << 20;  // 16 MiB
+
+// Row stride (in floats) for n-float rows of the block's matrices whose
+// columns the products walk (qt, s, V): an odd number of 64-byte lines, so a
+// column's lines spread over all the L1's sets. Rows of 128 floats (8 lines)
+// would put a 16-float column strip of 64 rows into 8 of 64 sets and evict each
+// other in the products' inner loops.
+inline std::int64_t padded_stride(std::int64_t n) {
+  const std::int64_t lines = (n + 15) / 16;
+  return lines % 2 == 1 ? n : (lines + 1) * 16;
+}
+
 using detail::at;
 using detail::cache_row;
 
@@ -100,10 +125,10 @@ void fill_row(float* dst, std::int64_t n, float x) {
 }
 
 // s[k][c] = sum_d kc[k][d] * qt[d][c] for the NK keys at kc (rows of `dim`)
-// and the query rows c in [c0, c0 + vl); qt and s have rows of `nqr`. Each qt
+// and the query rows c in [c0, c0 + vl); qt and s have rows of `ld`. Each qt
 // load feeds NK multiply-adds; the key elements are scalars.
 template <int NK>
-inline void qk_keys(const float* qt, std::int64_t nqr, std::int64_t dim, const float* kc,
+inline void qk_keys(const float* qt, std::int64_t ld, std::int64_t dim, const float* kc,
                     float* s, std::int64_t c0, std::size_t vl) {
   const float* k0 = kc;
   const float* k1 = kc + dim;
@@ -121,22 +146,22 @@ inline void qk_keys(const float* qt, std::int64_t nqr, std::int64_t dim, const f
     step_barrier();
   };
   std::int64_t d = 1;
-  q += nqr;
+  q += ld;
   for (; d + 4 <= dim; d += 4) {
     const float* qa = q;
-    const float* qb = qa + nqr;
-    const float* qc = qb + nqr;
-    const float* qd = qc + nqr;
+    const float* qb = qa + ld;
+    const float* qc = qb + ld;
+    const float* qd = qc + ld;
     step(qa, d);
     step(qb, d + 1);
     step(qc, d + 2);
     step(qd, d + 3);
-    q = qd + nqr;
+    q = qd + ld;
   }
-  for (; d < dim; ++d, q += nqr) step(q, d);
+  for (; d < dim; ++d, q += ld) step(q, d);
   FM::store(s + c0, a0, vl);
-  if constexpr (NK > 1) FM::store(s + nqr + c0, a1, vl);
-  if constexpr (NK > 2) FM::store(s + 2 * nqr + c0, a2, vl);
+  if constexpr (NK > 1) FM::store(s + ld + c0, a1, vl);
+  if constexpr (NK > 2) FM::store(s + 2 * ld + c0, a2, vl);
 }
 
 // The same for all query rows when they span several vectors: the keys'
@@ -145,14 +170,14 @@ inline void qk_keys(const float* qt, std::int64_t nqr, std::int64_t dim, const f
 // through s.
 constexpr std::int64_t kTileD = 8;
 template <int NK>
-inline void qk_keys_tiled(const float* qt, std::int64_t nqr, std::int64_t dim, const float* kc,
-                          float* s) {
+inline void qk_keys_tiled(const float* qt, std::int64_t nqr, std::int64_t ld, std::int64_t dim,
+                          const float* kc, float* s) {
   const float* k0 = kc;
   const float* k1 = kc + dim;
   const float* k2 = kc + 2 * dim;
   float* s0 = s;
-  float* s1 = s + nqr;
-  float* s2 = s + 2 * nqr;
+  float* s1 = s + ld;
+  float* s2 = s + 2 * ld;
   std::int64_t d0 = 0;
   for (; d0 + kTileD <= dim; d0 += kTileD) {
     float x0[kTileD], x1[kTileD], x2[kTileD];
@@ -171,13 +196,13 @@ inline void qk_keys_tiled(const float* qt, std::int64_t nqr, std::int64_t dim, c
         if constexpr (NK > 1) a1 = FM::load(s1 + c, vl);
         if constexpr (NK > 2) a2 = FM::load(s2 + c, vl);
       }
-      const float* q = qt + d0 * nqr + c;
+      const float* q = qt + d0 * ld + c;
       auto step = [&](int i) RVVK_ALWAYS_INLINE {
         const FM::V y = FM::load(q, vl);
         a0 = FM::fmacc(a0, x0[i], y, vl);
         if constexpr (NK > 1) a1 = FM::fmacc(a1, x1[i], y, vl);
         if constexpr (NK > 2) a2 = FM::fmacc(a2, x2[i], y, vl);
-        q += nqr;
+        q += ld;
         step_barrier();
       };
       static_assert(kTileD == 8, "the steps below");
@@ -206,8 +231,8 @@ inline void qk_keys_tiled(const float* qt, std::int64_t nqr, std::int64_t dim, c
       if constexpr (NK > 1) a1 = FM::load(s1 + c, vl);
       if constexpr (NK > 2) a2 = FM::load(s2 + c, vl);
     }
-    const float* q = qt + d0 * nqr + c;
-    for (std::int64_t d = d0; d < dim; ++d, q += nqr) {
+    const float* q = qt + d0 * ld + c;
+    for (std::int64_t d = d0; d < dim; ++d, q += ld) {
       const FM::V y = FM::load(q, vl);
       a0 = FM::fmacc(a0, k0[d], y, vl);
       if constexpr (NK > 1) a1 = FM::fmacc(a1, k1[d], y, vl);
@@ -221,23 +246,169 @@ inline void qk_keys_tiled(const float* qt, std::int64_t nqr, std::int64_t dim, c
   }
 }
 
-// Scores of the block's nb keys (fp32 rows kc) for all nqr query rows.
-void qk_block(const float* qt, std::int64_t nqr, std::int64_t dim, const float* kc,
-              std::int64_t nb, float* s) {
+#if defined(RVVK_VEC_AVX2)
+// x86_avx2: register-blocked products over whole 16-lane chunks (two ymm),
+// 12 accumulators. The LMUL-2 forms above keep only 6 (3 keys or rows x 2
+// ymm), fewer than the FMA latency x throughput (4 x 2) needs, and re-load
+// their partial sums per 8 dimensions.
+namespace avx2 {
+constexpr std::int64_t kLanes = 16;  // query rows (qk) / value columns (pv) per chunk
+constexpr int kTile = 6;             // keys (qk) / query rows (pv) per chunk
+
+// Up to kTile pairs of accumulators as named variables (GCC keeps an array of
+// __m256 indexed in an unrolled loop on the stack, storing it every step).
+template <int N>
+struct Acc {
+  __m256 a0, b0, a1, b1, a2, b2, a3, b3, a4, b4, a5, b5;
+  // acc_i += s_i * (u, w) for the N scalars s at p (s_i = p[i * stride]).
+  RVVK_ALWAYS_INLINE void fma(const float* p, std::int64_t stride, __m256 u, __m256 w) {
+    auto one = [&](__m256& a, __m256& b, int i) RVVK_ALWAYS_INLINE {
+      const __m256 x = _mm256_broadcast_ss(p + i * stride);
+      a = _mm256_fmadd_ps(x, u, a);
+      b = _mm256_fmadd_ps(x, w, b);
+    };
+    one(a0, b0, 0);
+    if constexpr (N > 1) one(a1, b1, 1);
+    if constexpr (N > 2) one(a2, b2, 2);
+    if constexpr (N > 3) one(a3, b3, 3);
+    if constexpr (N > 4) one(a4, b4, 4);
+    if constexpr (N > 5) one(a5, b5, 5);
+  }
+  // Pair i <-> (row[i * stride], row[i * stride + 8]) through f(acc, ptr).
+  template <class F>
+  RVVK_ALWAYS_INLINE void each(F f) {
+    f(a0, b0, 0);
+    if constexpr (N > 1) f(a1, b1, 1);
+    if constexpr (N > 2) f(a2, b2, 2);
+    if constexpr (N > 3) f(a3, b3, 3);
+    if constexpr (N > 4) f(a4, b4, 4);
+    if constexpr (N > 5) f(a5, b5, 5);
+  }
+};
+
+// s[j][c0 + 0..16) = sum_d k_j[d] * qt[d][c0 + ..] for the NK keys at kc.
+template <int NK>
+RVVK_ALWAYS_INLINE inline void qk_tile(const float* qt, std::int64_t ld, std::int64_t dim,
+                                        const float* kc, float* s) {
+  Acc<NK> acc;
+  acc.each([](__m256& a, __m256& b, int) RVVK_ALWAYS_INLINE {
+    a = b = _mm256_setzero_ps();
+  });
+  const float* q = qt;
+  for (std::int64_t d = 0; d < dim; ++d, q += ld)
+    acc.fma(kc + d, dim, _mm256_loadu_ps(q), _mm256_loadu_ps(q + 8));
+  acc.each([&](__m256& a, __m256& b, int i) RVVK_ALWAYS_INLINE {
+    _mm256_storeu_ps(s + i * ld, a);
+    _mm256_storeu_ps(s + i * ld + 8, b);
+  });
+}
+
+// o[r + i][c0 + 0..16) = o[..] * alpha[r + i] + sum_j p[j][r + i] * vc[j][c0 + ..]
+// for the NR query rows at o.
+template <int NR>
+RVVK_ALWAYS_INLINE inline void pv_tile(float* o, std::int64_t dim_v, const float* alpha,
+                                        const float* p, std::int64_t ld, const float* vc,
+                                        std::int64_t lv, std::int64_t nb) {
+  Acc<NR> acc;
+  acc.each([&](__m256& a, __m256& b, int i) RVVK_ALWAYS_INLINE {
+    const __m256 al = _mm256_broadcast_ss(alpha + i);
+    a = _mm256_mul_ps(_mm256_loadu_ps(o + i * dim_v), al);
+    b = _mm256_mul_ps(_mm256_loadu_ps(o + i * dim_v + 8), al);
+  });
+  const float* v = vc;
+  for (std::int64_t j = 0; j < nb; ++j, p += ld, v += lv)
+    acc.fma(p, 1, _mm256_loadu_ps(v), _mm256_loadu_ps(v + 8));
+  acc.each([&](__m256& a, __m256& b, int i) RVVK_ALWAYS_INLINE {
+    _mm256_storeu_ps(o + i * dim_v, a);
+    _mm256_storeu_ps(o + i * dim_v + 8, b);
+  });
+}
+
+template <template <int> class F, class... A>
+RVVK_ALWAYS_INLINE inline void by_count(int n, A... args) {
+  switch (n) {
+    case 6: F<6>::run(args...); break;
+    case 5: F<5>::run(args...); break;
+    case 4: F<4>::run(args...); break;
+    case 3: F<3>::run(args...); break;
+    case 2: F<2>::run(args...); break;
+    case 1: F<1>::run(args...); break;
+    default: break;
+  }
+}
+template <int N>
+struct QkTile {
+  static void run(const float* qt, std::int64_t ld, std::int64_t dim, const float* kc,
+                  float* s) {
+    qk_tile<N>(qt, ld, dim, kc, s);
+  }
+};
+template <int N>
+struct PvTile {
+  static void run(float* o, std::int64_t dim_v, const float* alpha, const float* p,
+                  std::int64_t ld, const float* vc, std::int64_t lv, std::int64_t nb) {
+    pv_tile<N>(o, dim_v, alpha, p, ld, vc, lv, nb);
+  }
+};
+
+// The whole chunks of query rows; returns where the rest starts.
+std::int64_t qk_block(const float* qt, std::int64_t nqr, std::int64_t ld, std::int64_t dim,
+                      const float* kc, std::int64_t nb, float* s) {
+  const std::int64_t whole = nqr / kLanes * kLanes;
+  for (std::int64_t c = 0; c < whole; c += kLanes)
+    for (std::int64_t j = 0; j < nb; j += kTile) {
+      const int n = static_cast<int>(std::min<std::int64_t>(kTile, nb - j));
+      by_count<QkTile>(n, qt + c, ld, dim, kc + j * dim, s + j * ld + c);
+    }
+  return whole;
+}
+
+// The whole chunks of value columns for all query rows; returns where the
+// rest starts.
+std::int64_t pv_block(float* o, std::int64_t dim_v, const float* alpha, const float* p,
+                      std::int64_t nqr, std::int64_t ld, const float* vc, std::int64_t lv,
+                      std::int64_t nb) {
+  const std::int64_t whole = dim_v / kLanes * kLanes;
+  for (std::int64_t c = 0; c < whole; c += kLanes)
+    for (std::int64_t r = 0; r < nqr; r += kTile) {
+      const int n = static_cast<int>(std::min<std::int64_t>(kTile, nqr - r));
+      by_count<PvTile>(n, o + r * dim_v + c, dim_v, alpha + r, p + r, ld, vc + c, lv, nb);
+    }
+  return whole;
+}
+}  // namespace avx2
+#endif
+
+// Scores of the block's nb keys (fp32 rows kc) for all nqr query rows
+// (qt and s have rows of ld).
+void qk_block(const float* qt, std::int64_t nqr, std::int64_t ld, std::int64_t dim,
+              const float* kc, std::int64_t nb, float* s) {
+#if defined(RVVK_VEC_AVX2)
+  const std::int64_t c0 = avx2::qk_block(qt, nqr, ld, dim, kc, nb, s);
+  if (c0 < nqr) {
+    const std::size_t vl = FM::setvl(static_cast<std::size_t>(nqr - c0));
+    std::int64_t j = 0;
+    for (; j + kKeys <= nb; j += kKeys)
+      qk_keys<kKeys>(qt, ld, dim, kc + j * dim, s + j * ld, c0, vl);
+    if (nb - j == 2) qk_keys<2>(qt, ld, dim, kc + j * dim, s + j * ld, c0, vl);
+    if (nb - j == 1) qk_keys<1>(qt, ld, dim, kc + j * dim, s + j * ld, c0, vl);
+  }
+  return;
+#endif
   if (nqr > static_cast<std::int64_t>(FM::vlmax())) {
     std::int64_t j = 0;
     for (; j + kKeys <= nb; j += kKeys)
-      qk_keys_tiled<kKeys>(qt, nqr, dim, kc + j * dim, s + j * nqr);
-    if (nb - j == 2) qk_keys_tiled<2>(qt, nqr, dim, kc + j * dim, s + j * nqr);
-    if (nb - j == 1) qk_keys_tiled<1>(qt, nqr, dim, kc + j * dim, s + j * nqr);
+      qk_keys_tiled<kKeys>(qt, nqr, ld, dim, kc + j * dim, s + j * ld);
+    if (nb - j == 2) qk_keys_tiled<2>(qt, nqr, ld, dim, kc + j * dim, s + j * ld);
+    if (nb - j == 1) qk_keys_tiled<1>(qt, nqr, ld, dim, kc + j * dim, s + j * ld);
     return;
   }
   const std::size_t vl = FM::setvl(static_cast<std::size_t>(nqr));
   std::int64_t j = 0;
   for (; j + kKeys <= nb; j += kKeys)
-    qk_keys<kKeys>(qt, nqr, dim, kc + j * dim, s + j * nqr, 0, vl);
-  if (nb - j == 2) qk_keys<2>(qt, nqr, dim, kc + j * dim, s + j * nqr, 0, vl);
-  if (nb - j == 1) qk_keys<1>(qt, nqr, dim, kc + j * dim, s + j * nqr, 0, vl);
+    qk_keys<kKeys>(qt, ld, dim, kc + j * dim, s + j * ld, 0, vl);
+  if (nb - j == 2) qk_keys<2>(qt, ld, dim, kc + j * dim, s + j * ld, 0, vl);
+  if (nb - j == 1) qk_keys<1>(qt, ld, dim, kc + j * dim, s + j * ld, 0, vl);
 }
 
 // Scores by dot products along the head dimension, for tasks with few query
@@ -271,11 +442,11 @@ inline void qk_dot_rows(const float* qn, std::int64_t dim, const float* k, float
   if constexpr (NR > 2) s[2] = FD::reduce_sum(a2, vlmax);
 }
 
-void qk_dot_block(const float* qn, std::int64_t nqr, std::int64_t dim, const float* kc,
-                  std::int64_t nb, float* s) {
+void qk_dot_block(const float* qn, std::int64_t nqr, std::int64_t ld, std::int64_t dim,
+                  const float* kc, std::int64_t nb, float* s) {
   for (std::int64_t j = 0; j < nb; ++j) {
     const float* k = kc + j * dim;
-    float* row = s + j * nqr;
+    float* row = s + j * ld;
     std::int64_t r = 0;
     for (; r + 3 <= nqr; r += 3) qk_dot_rows<3>(qn + r * dim, dim, k, row + r);
     if (nqr - r == 2) qk_dot_rows<2>(qn + r * dim, dim, k, row + r);
@@ -284,12 +455,12 @@ void qk_dot_block(const float* qn, std::int64_t nqr, std::int64_t dim, const flo
 }
 
 // o[r][c0, c0 + vl) = o[r][...] * alpha[r] + sum_j p[j][r] * vc[j][...] for
-// the NR query rows r at o (rows of dim_v); p has rows of `nqr`. Each V load
+// the NR query rows r at o (rows of dim_v); p has rows of `ld`, vc of `lv`. Each V load
 // feeds NR multiply-adds; the probabilities are scalars.
 template <int NR>
 inline void pv_rows(float* o, std::int64_t dim_v, const float* alpha, const float* p,
-                    std::int64_t nqr, const float* vc, std::int64_t nb, std::int64_t c0,
-                    std::size_t vl) {
+                    std::int64_t ld, const float* vc, std::int64_t lv, std::int64_t nb,
+                    std::int64_t c0, std::size_t vl) {
   float* o0 = o + c0;
   float* o1 = o0 + dim_v;
   float* o2 = o1 + dim_v;
@@ -307,40 +478,45 @@ inline void pv_rows(float* o, std::int64_t dim_v, const float* alpha, const floa
   const float* vp = vc + c0;
   std::int64_t j = 0;
   for (; j + 4 <= nb; j += 4) {
-    const float* pb = pp + nqr;
-    const float* pc = pb + nqr;
-    const float* pd = pc + nqr;
-    const float* vb = vp + dim_v;
-    const float* vc2 = vb + dim_v;
-    const float* vd = vc2 + dim_v;
+    const float* pb = pp + ld;
+    const float* pc = pb + ld;
+    const float* pd = pc + ld;
+    const float* vb = vp + lv;
+    const float* vc2 = vb + lv;
+    const float* vd = vc2 + lv;
     step(pp, vp);
     step(pb, vb);
     step(pc, vc2);
     step(pd, vd);
-    pp = pd + nqr;
-    vp = vd + dim_v;
+    pp = pd + ld;
+    vp = vd + lv;
   }
-  for (; j < nb; ++j, pp += nqr, vp += dim_v) step(pp, vp);
+  for (; j < nb; ++j, pp += ld, vp += lv) step(pp, vp);
   FM::store(o0, a0, vl);
   if constexpr (NR > 1) FM::store(o1, a1, vl);
   if constexpr (NR > 2) FM::store(o2, a2, vl);
 }
 
 void pv_block(float* o, std::int64_t dim_v, const float* alpha, const float* p,
-              std::int64_t nqr, const float* vc, std::int64_t nb) {
+              std::int64_t nqr, std::int64_t ld, const float* vc, std::int64_t lv,
+              std::int64_t nb) {
+#if defined(RVVK_VEC_AVX2)
+  for (std::int64_t c = avx2::pv_block(o, dim_v, alpha, p, nqr, ld, vc, lv, nb); c < dim_v;) {
+#else
   for (std::int64_t c = 0; c < dim_v;) {
+#endif
     const std::size_t vl = FM::setvl(static_cast<std::size_t>(dim_v - c));
     std::int64_t r = 0;
     for (; r + kRows <= nqr; r += kRows)
-      pv_rows<kRows>(o + r * dim_v, dim_v, alpha + r, p + r, nqr, vc, nb, c, vl);
-    if (nqr - r == 2) pv_rows<2>(o + r * dim_v, dim_v, alpha + r, p + r, nqr, vc, nb, c, vl);
-    if (nqr - r == 1) pv_rows<1>(o + r * dim_v, dim_v, alpha + r, p + r, nqr, vc, nb, c, vl);
+      pv_rows<kRows>(o + r * dim_v, dim_v, alpha + r, p + r, ld, vc, lv, nb, c, vl);
+    if (nqr - r == 2) pv_rows<2>(o + r * dim_v, dim_v, alpha + r, p + r, ld, vc, lv, nb, c, vl);
+    if (nqr - r == 1) pv_rows<1>(o + r * dim_v, dim_v, alpha + r, p + r, ld, vc, lv, nb, c, vl);
     c += static_cast<std::int64_t>(vl);
   }
 }
 
-// s[j][:] = cap * tanh(s[j][:] / cap) for the block's nb x nqr scores.
-void cap_block(float* s, std::int64_t n, float cap) {
+// s[0, n) = cap * tanh(s[0, n) / cap) (one row of the block's scores).
+void cap_row(float* s, std::int64_t n, float cap) {
   const float inv = 1.0f / cap;
   for (std::int64_t i = 0; i < n;) {
     const std::size_t vl = FS::setvl(static_cast<std::size_t>(n - i));
@@ -365,25 +541,25 @@ void exp_row(float* x, std::int64_t n, const float* sub) {
 // for the rows' earlier accumulators. The exp pass strip-mines each row of s
 // on its own (a fresh setvl per strip keeps exp's constants in the loop
 // instead of hoisted and spilled).
-void softmax_block(float* s, std::int64_t nqr, std::int64_t nb, float* m, float* l,
+void softmax_block(float* s, std::int64_t nqr, std::int64_t ld, std::int64_t nb, float* m, float* l,
                    float* alpha) {
   for (std::int64_t c = 0; c < nqr;) {
     const std::size_t vl = FM::setvl(static_cast<std::size_t>(nqr - c));
     const FM::V m_old = FM::load(m + c, vl);
     FM::V mx = m_old;
     const float* row = s + c;
-    for (std::int64_t j = 0; j < nb; ++j, row += nqr) mx = FM::max(mx, FM::load(row, vl), vl);
+    for (std::int64_t j = 0; j < nb; ++j, row += ld) mx = FM::max(mx, FM::load(row, vl), vl);
     FM::store(m + c, mx, vl);
     FM::store(alpha + c, FM::sub(m_old, mx, vl), vl);
     c += static_cast<std::int64_t>(vl);
   }
   exp_row(alpha, nqr, nullptr);
-  for (std::int64_t j = 0; j < nb; ++j) exp_row(s + j * nqr, nqr, m);
+  for (std::int64_t j = 0; j < nb; ++j) exp_row(s + j * ld, nqr, m);
   for (std::int64_t c = 0; c < nqr;) {
     const std::size_t vl = FM::setvl(static_cast<std::size_t>(nqr - c));
     FM::V sum = FM::mul(FM::load(l + c, vl), FM::load(alpha + c, vl), vl);
     const float* row = s + c;
-    for (std::int64_t j = 0; j < nb; ++j, row += nqr) sum = FM::add(sum, FM::load(row, vl), vl);
+    for (std::int64_t j = 0; j < nb; ++j, row += ld) sum = FM::add(sum, FM::load(row, vl), vl);
     FM::store(l + c, sum, vl);
     c += static_cast<std::int64_t>(vl);
   }
@@ -471,13 +647,15 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
   const std::int64_t start = ts.start, group = ts.group, nqr = ts.nqr;
   const std::int64_t dim = a.head_dim, dim_v = a.head_dim_v;
   const std::int64_t window = a.window;
+  // Row strides of qt / s and of the fp32 V rows (see padded_stride).
+  const std::int64_t ld = padded_stride(nqr), lv = padded_stride(dim_v);
 
   Scratch& sc = scratch();
-  sc.qt.resize(static_cast<std::size_t>(dim * nqr));
-  sc.s.resize(static_cast<std::size_t>(kBlockN * nqr));
+  sc.qt.resize(static_cast<std::size_t>(dim * std::max(ld, nqr)));
+  sc.s.resize(static_cast<std::size_t>(kBlockN * ld));
   sc.o.assign(static_cast<std::size_t>(nqr * dim_v), 0.0f);
   sc.kc.resize(static_cast<std::size_t>(kBlockN * dim));
-  sc.vc.resize(static_cast<std::size_t>(kBlockN * dim_v));
+  sc.vc.resize(static_cast<std::size_t>(kBlockN * lv));
   sc.m.assign(static_cast<std::size_t>(nqr), kMinit);
   sc.l.assign(static_cast<std::size_t>(nqr), 0.0f);
   sc.alpha.resize(static_cast<std::size_t>(nqr));
@@ -504,9 +682,9 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
       std::int64_t d = 0;
       for (; d + 4 <= dim; d += 4) {  // 4 x 4 tiles
         float* e0 = dst;
-        float* e1 = e0 + nqr;
-        float* e2 = e1 + nqr;
-        float* e3 = e2 + nqr;
+        float* e1 = e0 + ld;
+        float* e2 = e1 + ld;
+        float* e3 = e2 + ld;
         const float x00 = t0[d], x01 = t0[d + 1], x02 = t0[d + 2], x03 = t0[d + 3];
         const float x10 = t1[d], x11 = t1[d + 1], x12 = t1[d + 2], x13 = t1[d + 3];
         const float x20 = t2[d], x21 = t2[d + 1], x22 = t2[d + 2], x23 = t2[d + 3];
@@ -515,9 +693,9 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
         e1[0] = x01, e1[1] = x11, e1[2] = x21, e1[3] = x31;
         e2[0] = x02, e2[1] = x12, e2[2] = x22, e2[3] = x32;
         e3[0] = x03, e3[1] = x13, e3[2] = x23, e3[3] = x33;
-        dst = e3 + nqr;
+        dst = e3 + ld;
       }
-      for (; d < dim; ++d, dst += nqr) {
+      for (; d < dim; ++d, dst += ld) {
         dst[0] = t0[d];
         dst[1] = t1[d];
         dst[2] = t2[d];
@@ -525,7 +703,7 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
       }
     } else {
       for (std::int64_t k = 0; k < n; ++k)
-        for (std::int64_t d = 0; d < dim; ++d) qt[d * nqr + r0 + k] = tmp[k * dim + d];
+        for (std::int64_t d = 0; d < dim; ++d) qt[d * ld + r0 + k] = tmp[k * dim + d];
     }
   }
 
@@ -533,36 +711,84 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
   constexpr bool kPerToken = std::is_same_v<TKV, std::int8_t>;
   const std::int64_t req = ts.req;
   float* s = sc.s.data();
-  float* kc = sc.kc.data();
-  float* vc = sc.vc.data();
-  for (std::int64_t p0 = ts.pos_lo; p0 < ts.pos_end; p0 += kBlockN) {
-    const std::int64_t nb = std::min(kBlockN, ts.pos_end - p0);
-    // K / V rows of the block in fp32, scales folded in.
-    const std::int64_t n_cached = std::clamp<std::int64_t>(prefix - p0, 0, nb);
-    for (std::int64_t j = 0; j < n_cached; ++j) {
-      const std::int64_t row = cache_row(c, req, p0 + j);
+  // K / V rows in fp32, scales folded in: for the whole request and KV head in
+  // the thread's Converted store when it fits (each position converted once
+  // for all the tasks of the request this thread runs), else per block into
+  // the task's scratch. Blocks start at multiples of kBlockN either way.
+  const std::int64_t len = ts.len;
+  Converted& cv = converted();
+  const bool reuse = len * (dim + dim_v) <= kMaxConvertedWords;
+  if (reuse && (cv.b != ts.b || cv.kvh != kvh)) {
+    cv.b = ts.b;
+    cv.kvh = kvh;
+    cv.k.resize(static_cast<std::size_t>(len * dim));
+    cv.v.resize(static_cast<std::size_t>(len * lv));
+    cv.have.assign(static_cast<std::size_t>((len + kBlockN - 1) / kBlockN), 0);
+  }
+  // Positions [lo, hi) -> rows [0, hi - lo) of kd / vd; cached rows are
+  // prefetched kAhead positions ahead (they are scattered over the cache).
+  auto convert = [&](std::int64_t lo, std::int64_t hi, float* kd, float* vd) {
+    constexpr std::int64_t kAhead = 4;
+    const std::int64_t cached_end = std::min(hi, prefix);
+    for (std::int64_t pos = lo; pos < std::min(lo + kAhead, cached_end); ++pos) {
+      const std::int64_t row = cache_row(c, req, pos);
+      detail::prefetch(at<TKV>(c.k, row * c.k_stride_t + kvh * c.k_stride_h),
+                       dim * static_cast<std::int64_t>(sizeof(TKV)));
+      detail::prefetch(at<TKV>(c.v, row * c.v_stride_t + kvh * c.v_stride_h),
+                       dim_v * static_cast<std::int64_t>(sizeof(TKV)));
+    }
+    for (std::int64_t pos = lo; pos < cached_end; ++pos) {
+      if (pos + kAhead < cached_end) {
+        const std::int64_t ahead = cache_row(c, req, pos + kAhead);
+        detail::prefetch(at<TKV>(c.k, ahead * c.k_stride_t + kvh * c.k_stride_h),
+                         dim * static_cast<std::int64_t>(sizeof(TKV)));
+        detail::prefetch(at<TKV>(c.v, ahead * c.v_stride_t + kvh * c.v_stride_h),
+                         dim_v * static_cast<std::int64_t>(sizeof(TKV)));
+      }
+      const std::int64_t row = cache_row(c, req, pos);
       float ks = c.k_scale, vs = c.v_scale;
       if constexpr (kPerToken) {
         ks *= c.k_scales[row * c.scales_stride + kvh];
         vs *= c.v_scales[row * c.scales_stride + kvh];
       }
-      convert_row(kc + j * dim, at<TKV>(c.k, row * c.k_stride_t + kvh * c.k_stride_h), dim, ks);
-      convert_row(vc + j * dim_v, at<TKV>(c.v, row * c.v_stride_t + kvh * c.v_stride_h), dim_v,
+      const std::int64_t j = pos - lo;
+      convert_row(kd + j * dim, at<TKV>(c.k, row * c.k_stride_t + kvh * c.k_stride_h), dim, ks);
+      convert_row(vd + j * lv, at<TKV>(c.v, row * c.v_stride_t + kvh * c.v_stride_h), dim_v,
                   vs);
     }
-    for (std::int64_t j = n_cached; j < nb; ++j) {
-      const std::int64_t t = start + p0 + j - prefix;
-      convert_row(kc + j * dim, at<T>(a.k, t * a.k_stride_t + kvh * a.k_stride_h), dim, 1.0f);
-      convert_row(vc + j * dim_v, at<T>(a.v, t * a.v_stride_t + kvh * a.v_stride_h), dim_v,
+    for (std::int64_t pos = std::max(lo, prefix); pos < hi; ++pos) {
+      const std::int64_t t = start + pos - prefix;
+      const std::int64_t j = pos - lo;
+      convert_row(kd + j * dim, at<T>(a.k, t * a.k_stride_t + kvh * a.k_stride_h), dim, 1.0f);
+      convert_row(vd + j * lv, at<T>(a.v, t * a.v_stride_t + kvh * a.v_stride_h), dim_v,
                   1.0f);
+    }
+  };
+  for (std::int64_t p0 = ts.pos_lo / kBlockN * kBlockN; p0 < ts.pos_end; p0 += kBlockN) {
+    const std::int64_t nb = std::min(kBlockN, ts.pos_end - p0);
+    const float* kc = sc.kc.data();
+    const float* vc = sc.vc.data();
+    if (reuse) {
+      kc = cv.k.data() + p0 * dim;
+      vc = cv.v.data() + p0 * lv;
+      std::int32_t& have = cv.have[static_cast<std::size_t>(p0 / kBlockN)];
+      if (have < nb) {
+        convert(p0 + have, p0 + nb, cv.k.data() + (p0 + have) * dim,
+                cv.v.data() + (p0 + have) * lv);
+        have = static_cast<std::int32_t>(nb);
+      }
+    } else {
+      convert(p0, p0 + nb, sc.kc.data(), sc.vc.data());
     }
 
     if (transposed) {
-      qk_block(qt, nqr, dim, kc, nb, s);
+      qk_block(qt, nqr, ld, dim, kc, nb, s);
     } else {
-      qk_dot_block(qt, nqr, dim, kc, nb, s);
+      qk_dot_block(qt, nqr, ld, dim, kc, nb, s);
     }
-    if (a.logit_cap > 0.0f) cap_block(s, nb * nqr, a.logit_cap);
+    if (a.logit_cap > 0.0f) {
+      for (std::int64_t j = 0; j < nb; ++j) cap_row(s + j * ld, nqr, a.logit_cap);
+    }
 
     // Mask the query rows that do not see key j: rows before it (causal) and
     // rows more than window - 1 after it. The visible rows are contiguous.
@@ -570,7 +796,7 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
       const std::int64_t rel = p0 + j - prefix - m0;  // key position - first query position
       const std::int64_t r_lo = a.causal ? std::max<std::int64_t>(0, rel) : 0;
       const std::int64_t r_end = window > 0 ? std::min(rows, rel + window) : rows;
-      float* row = s + j * nqr;
+      float* row = s + j * ld;
       if (r_lo > 0) fill_row(row, std::min(r_lo, rows) * group, kMasked);
       if (r_end < rows) {
         const std::int64_t from = std::max<std::int64_t>(r_end, 0) * group;
@@ -578,8 +804,8 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
       }
     }
 
-    softmax_block(s, nqr, nb, sc.m.data(), sc.l.data(), sc.alpha.data());
-    pv_block(sc.o.data(), dim_v, sc.alpha.data(), s, nqr, vc, nb);
+    softmax_block(s, nqr, ld, nb, sc.m.data(), sc.l.data(), sc.alpha.data());
+    pv_block(sc.o.data(), dim_v, sc.alpha.data(), s, nqr, ld, vc, lv, nb);
   }
 
   store_rows<T>(a, kvh, start + m0, nqr, sc.o.data(), sc.m.data(), sc.l.data());
@@ -981,6 +1207,7 @@ void extend_attention(const ExtendAttentionArgs& a, std::int64_t task_begin,
     return;
   }
 #endif
+  converted().b = -1;  // nothing converted by an earlier call is valid
   detail::visit_activation(a.dtype, [&](auto act) {
     detail::visit_cache(a.cache.dtype, [&](auto kv) {
       for (std::int64_t t = task_begin; t < task_end; ++t)
