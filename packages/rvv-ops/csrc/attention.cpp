@@ -3,7 +3,8 @@
 //
 // Order of work in every op: all checks (nothing is written before the last one passed),
 // then the KV-cache writes the op owns, then the kernels over task ranges with
-// at::parallel_for (decode: every split first, then the merge). The caches are passed to
+// at::parallel_for (decode: every split first, then the merge; extend: chunks handed out
+// as threads take them). The caches are passed to
 // the kernels with their element strides, never copied.
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
@@ -13,6 +14,7 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -602,10 +604,22 @@ void extend_impl(const char* op, const at::Tensor& q_extend,
   a.window = window;
   a.sinks = sinks32 ? sinks32->const_data_ptr<float>() : nullptr;
   a.causal = is_causal;
-  at::parallel_for(0, rvvk::extend_attention_tasks(a), 1,
-                   [&](std::int64_t begin, std::int64_t end) {
-                     rvvk::extend_attention(a, begin, end);
-                   });
+  // Tasks handed out as they are taken, one request's KV head (its query blocks, tasks in a
+  // row) at a time: tasks differ in cost (causal query blocks see more keys the later they
+  // are, requests differ in length), and a thread slowed by other work takes fewer. A chunk
+  // stays on one thread, so the kernel converts that KV head's keys and values once for all
+  // of its query blocks (it keeps them only within one call).
+  const std::int64_t tasks = rvvk::extend_attention_tasks(a);
+  const std::int64_t kv_heads = a.batch * a.num_kv_heads;
+  const std::int64_t chunk = kv_heads > 0 ? std::max<std::int64_t>(1, tasks / kv_heads) : 1;
+  std::atomic<std::int64_t> next{0};
+  at::parallel_for(0, at::get_num_threads(), 1, [&](std::int64_t, std::int64_t) {
+    for (;;) {
+      const std::int64_t begin = next.fetch_add(chunk);
+      if (begin >= tasks) break;
+      rvvk::extend_attention(a, begin, std::min(tasks, begin + chunk));
+    }
+  });
 }
 
 }  // namespace

@@ -10,7 +10,10 @@
 // req_to_token, then the new tokens; positions no query row of the task sees
 // under causality / the window are skipped):
 //  - K and V rows -> fp32 with their scales folded in (fp8 per tensor, int8 per
-//    token and KV head).
+//    token and KV head), cached rows prefetched a few positions ahead. Each
+//    position is converted once per call and thread for all the request's query
+//    blocks the thread runs (Converted; per task when the request is too long
+//    for it). Key blocks start at multiples of kBlockN.
 //  - scores s[j][qr] into a kBlockN x rows tile. Normally q is converted once
 //    per task, scaled by sm_scale and stored transposed, qt[d][qr], and the
 //    scores of three keys are vectors over the query rows accumulated along d
@@ -25,6 +28,10 @@
 //    m = kMinit, l = 0, never NaN).
 //  - P.V: o[qr][:] = o[qr][:] * alpha[qr] + sum_j p[j][qr] * v_j[:], vectors
 //    along the head dimension, three query rows sharing each V load.
+//  - x86_avx2 runs both products on whole 16-lane chunks with 12 accumulators
+//    in registers (6 keys x 16 query rows, 6 query rows x 16 value columns),
+//    the generic forms on the rest. The rows of qt, s and V are padded to an
+//    odd number of cache lines (padded_stride).
 // Finally o / l (the sink, if any, joins the denominator) in the output dtype.
 // Tasks share no mutable state (thread_local scratch), so results do not depend
 // on how tasks are spread over calls or threads.
