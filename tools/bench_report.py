@@ -367,10 +367,25 @@ We have no RISC-V board. Every number here is a proxy:
   ~37%. Dropping the lo part would save about 15% but, rounded or not, misses the tests'
   one-ulp bound (a tolerance decision, not taken); summing a row's max and sum as trees
   instead of chains, and running all three steps per 32-row pass, changed nothing
-  measurable. On the EPYC (no bf16 matrix unit) both products are fp32 FMAs on the AVX2
-  layer: 84% of the samples (q.k 45%, P.V 39%), ~43 GFLOP/s on one thread against the
-  ~92 GFLOP/s the core's FMAs reach; four accumulators per pass instead of three (tried)
-  changed nothing. The bandwidth fraction divides by the copy bandwidth measured in the same
+  measurable. On the EPYC (no bf16 matrix unit) both products are fp32 FMAs. The generic
+  LMUL-2 form kept 6 accumulators (fewer than FMA latency x throughput needs) and reached
+  ~27-43 GFLOP/s on one thread; 18% of the samples were in converting the K/V rows, since
+  every query block converted its whole prefix again from random cache rows. Now each
+  position is converted once per call and thread for all of a request's query blocks (1%
+  of the samples), and `x86_avx2` has its own register-blocked products (12 accumulators: 6
+  keys x 16 query rows for q.k, 6 query rows x 16 value columns for P.V): ~87% of the
+  samples, at ~68-72 GFLOP/s on one thread against the 80-93 GFLOP/s that a pure FMA loop
+  reaches on these cores; the rest is mostly exp (~5%). rvv-ops hands the extend tasks out
+  as threads take them, one request's KV head at a time (a static split lost ~10% when one
+  core was slowed by other load). Measured one after the other (bench-x86, batch 4 /
+  context 2048): 428 ms before, 228 ms with the kernel changes, 208 ms with the scheduling,
+  against torch_native's 540-614 ms. Tried and not kept: key blocks of 32 or 128 (64 is
+  best), the other loop orders of both products (no measurable change). Padding the rows of
+  q^T, the scores and V to an odd number of cache lines (against L1 set conflicts at 512-
+  and 768-byte strides) did not measurably help here either, but was kept as harmless. The
+  products are within ~20% of the FMA peak, so 3x over torch_native (which does ~2.3x this
+  work through oneDNN's sgemm) needs a clearly faster exp and softmax, or the cores to
+  themselves. The bandwidth fraction divides by the copy bandwidth measured in the same
   run, which itself varies between runs on these shared VMs (14.6 to 25.5 GB/s across the
   recorded runs). None of this carries over to RISC-V, where the matrix products are the
   RVV code measured in sections 1 and 2.
