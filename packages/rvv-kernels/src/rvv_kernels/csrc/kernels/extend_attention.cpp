@@ -281,7 +281,7 @@ struct Acc {
     if constexpr (N > 4) one(a4, b4, 4);
     if constexpr (N > 5) one(a5, b5, 5);
   }
-  // Pair i <-> (row[i * stride], row[i * stride + 8]) through f(acc, ptr).
+  // f(a_i, b_i, i) for each pair i < N (load, scale or store them).
   template <class F>
   RVVK_ALWAYS_INLINE void each(F f) {
     f(a0, b0, 0);
