@@ -376,8 +376,8 @@ We have no RISC-V board. Every number here is a proxy:
   keys x 16 query rows for q.k, 6 query rows x 16 value columns for P.V): ~87% of the
   samples, at ~68-72 GFLOP/s on one thread against the 80-93 GFLOP/s that a pure FMA loop
   reaches on these cores; the rest is mostly exp (~5%). rvv-ops hands the extend tasks out
-  as threads take them, one request's KV head at a time (a static split lost ~10% when one
-  core was slowed by other load). Measured one after the other (bench-x86, batch 4 /
+  as threads take them, in chunks of at most one request's KV head (a static split lost
+  ~10% when one core was slowed by other load). Measured one after the other (bench-x86, batch 4 /
   context 2048): 428 ms before, 228 ms with the kernel changes, 208 ms with the scheduling,
   against torch_native's 540-614 ms. Tried and not kept: key blocks of 32 or 128 (64 is
   best), the other loop orders of both products (no measurable change). Padding the rows of

@@ -604,16 +604,19 @@ void extend_impl(const char* op, const at::Tensor& q_extend,
   a.window = window;
   a.sinks = sinks32 ? sinks32->const_data_ptr<float>() : nullptr;
   a.causal = is_causal;
-  // Tasks handed out as they are taken, one request's KV head (its query blocks, tasks in a
-  // row) at a time: tasks differ in cost (causal query blocks see more keys the later they
-  // are, requests differ in length), and a thread slowed by other work takes fewer. A chunk
-  // stays on one thread, so the kernel converts that KV head's keys and values once for all
-  // of its query blocks (it keeps them only within one call).
+  // Tasks handed out in chunks as threads take them: tasks differ in cost (causal query
+  // blocks see more keys the later they are, requests differ in length), and a thread slowed
+  // by other work takes fewer. A chunk is at most one request's KV head (its query blocks are
+  // tasks in a row) and runs as one kernel call on one thread, which converts that KV head's
+  // keys and values once for all the chunk's query blocks; chunks shrink so that every thread
+  // gets at least two (one request with two KV heads on an 8-core board: chunks of 2 tasks).
   const std::int64_t tasks = rvvk::extend_attention_tasks(a);
   const std::int64_t kv_heads = a.batch * a.num_kv_heads;
-  const std::int64_t chunk = kv_heads > 0 ? std::max<std::int64_t>(1, tasks / kv_heads) : 1;
+  const std::int64_t threads = at::get_num_threads();
+  const std::int64_t per_head = kv_heads > 0 ? std::max<std::int64_t>(1, tasks / kv_heads) : 1;
+  const std::int64_t chunk = std::clamp<std::int64_t>(tasks / (2 * threads), 1, per_head);
   std::atomic<std::int64_t> next{0};
-  at::parallel_for(0, at::get_num_threads(), 1, [&](std::int64_t, std::int64_t) {
+  at::parallel_for(0, threads, 1, [&](std::int64_t, std::int64_t) {
     for (;;) {
       const std::int64_t begin = next.fetch_add(chunk);
       if (begin >= tasks) break;
