@@ -268,20 +268,7 @@ template <int N>
 struct Acc {
   __m256 a0, b0, a1, b1, a2, b2, a3, b3, a4, b4, a5, b5;
   // acc_i += s_i * (u, w) for the N scalars s at p (s_i = p[i * stride]).
-  RVVK_ALWAYS_INLINE void fma(const float* p, std::int64_t stride, __m256 u, __m256 w) {
-    auto one = [&](__m256& a, __m256& b, int i) RVVK_ALWAYS_INLINE {
-      const __m256 x = _mm256_broadcast_ss(p + i * stride);
-      a = _mm256_fmadd_ps(x, u, a);
-      b = _mm256_fmadd_ps(x, w, b);
-    };
-    one(a0, b0, 0);
-    if constexpr (N > 1) one(a1, b1, 1);
-    if constexpr (N > 2) one(a2, b2, 2);
-    if constexpr (N > 3) one(a3, b3, 3);
-    if constexpr (N > 4) one(a4, b4, 4);
-    if constexpr (N > 5) one(a5, b5, 5);
-  }
-  // f(a_i, b_i, i) for each pair i < N (load, scale or store them).
+  // f(a_i, b_i, i) for each pair i < N (load, scale, multiply-add or store them).
   template <class F>
   RVVK_ALWAYS_INLINE void each(F f) {
     f(a0, b0, 0);
@@ -290,6 +277,14 @@ struct Acc {
     if constexpr (N > 3) f(a3, b3, 3);
     if constexpr (N > 4) f(a4, b4, 4);
     if constexpr (N > 5) f(a5, b5, 5);
+  }
+  // acc_i += s_i * (u, w) for the N scalars s at p (s_i = p[i * stride]).
+  RVVK_ALWAYS_INLINE void fma(const float* p, std::int64_t stride, __m256 u, __m256 w) {
+    each([&](__m256& a, __m256& b, int i) RVVK_ALWAYS_INLINE {
+      const __m256 x = _mm256_broadcast_ss(p + i * stride);
+      a = _mm256_fmadd_ps(x, u, a);
+      b = _mm256_fmadd_ps(x, w, b);
+    });
   }
 };
 
@@ -386,22 +381,26 @@ std::int64_t pv_block(float* o, std::int64_t dim_v, const float* alpha, const fl
 }  // namespace avx2
 #endif
 
+// Scores of the block's nb keys for the query rows [c0, nqr), which fit one
+// vector (qt and s have rows of ld).
+void qk_keys_block(const float* qt, std::int64_t nqr, std::int64_t ld, std::int64_t dim,
+                   const float* kc, std::int64_t nb, float* s, std::int64_t c0) {
+  const std::size_t vl = FM::setvl(static_cast<std::size_t>(nqr - c0));
+  std::int64_t j = 0;
+  for (; j + kKeys <= nb; j += kKeys)
+    qk_keys<kKeys>(qt, ld, dim, kc + j * dim, s + j * ld, c0, vl);
+  if (nb - j == 2) qk_keys<2>(qt, ld, dim, kc + j * dim, s + j * ld, c0, vl);
+  if (nb - j == 1) qk_keys<1>(qt, ld, dim, kc + j * dim, s + j * ld, c0, vl);
+}
+
 // Scores of the block's nb keys (fp32 rows kc) for all nqr query rows
 // (qt and s have rows of ld).
 void qk_block(const float* qt, std::int64_t nqr, std::int64_t ld, std::int64_t dim,
               const float* kc, std::int64_t nb, float* s) {
 #if defined(RVVK_VEC_AVX2)
   const std::int64_t c0 = avx2::qk_block(qt, nqr, ld, dim, kc, nb, s);
-  if (c0 < nqr) {
-    const std::size_t vl = FM::setvl(static_cast<std::size_t>(nqr - c0));
-    std::int64_t j = 0;
-    for (; j + kKeys <= nb; j += kKeys)
-      qk_keys<kKeys>(qt, ld, dim, kc + j * dim, s + j * ld, c0, vl);
-    if (nb - j == 2) qk_keys<2>(qt, ld, dim, kc + j * dim, s + j * ld, c0, vl);
-    if (nb - j == 1) qk_keys<1>(qt, ld, dim, kc + j * dim, s + j * ld, c0, vl);
-  }
-  return;
-#endif
+  if (c0 < nqr) qk_keys_block(qt, nqr, ld, dim, kc, nb, s, c0);  // fewer than 16 rows
+#else
   if (nqr > static_cast<std::int64_t>(FM::vlmax())) {
     std::int64_t j = 0;
     for (; j + kKeys <= nb; j += kKeys)
@@ -410,12 +409,8 @@ void qk_block(const float* qt, std::int64_t nqr, std::int64_t ld, std::int64_t d
     if (nb - j == 1) qk_keys_tiled<1>(qt, nqr, ld, dim, kc + j * dim, s + j * ld);
     return;
   }
-  const std::size_t vl = FM::setvl(static_cast<std::size_t>(nqr));
-  std::int64_t j = 0;
-  for (; j + kKeys <= nb; j += kKeys)
-    qk_keys<kKeys>(qt, ld, dim, kc + j * dim, s + j * ld, 0, vl);
-  if (nb - j == 2) qk_keys<2>(qt, ld, dim, kc + j * dim, s + j * ld, 0, vl);
-  if (nb - j == 1) qk_keys<1>(qt, ld, dim, kc + j * dim, s + j * ld, 0, vl);
+  qk_keys_block(qt, nqr, ld, dim, kc, nb, s, 0);
+#endif
 }
 
 // Scores by dot products along the head dimension, for tasks with few query
@@ -658,7 +653,7 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
   const std::int64_t ld = padded_stride(nqr), lv = padded_stride(dim_v);
 
   Scratch& sc = scratch();
-  sc.qt.resize(static_cast<std::size_t>(dim * std::max(ld, nqr)));
+  sc.qt.resize(static_cast<std::size_t>(dim * ld));
   sc.s.resize(static_cast<std::size_t>(kBlockN * ld));
   sc.o.assign(static_cast<std::size_t>(nqr * dim_v), 0.0f);
   sc.kc.resize(static_cast<std::size_t>(kBlockN * dim));
@@ -737,20 +732,25 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
   auto convert = [&](std::int64_t lo, std::int64_t hi, float* kd, float* vd) {
     constexpr std::int64_t kAhead = 4;
     const std::int64_t cached_end = std::min(hi, prefix);
-    for (std::int64_t pos = lo; pos < std::min(lo + kAhead, cached_end); ++pos) {
+    auto k_row = [&](std::int64_t row) {
+      return at<TKV>(c.k, row * c.k_stride_t + kvh * c.k_stride_h);
+    };
+    auto v_row = [&](std::int64_t row) {
+      return at<TKV>(c.v, row * c.v_stride_t + kvh * c.v_stride_h);
+    };
+    // Always inlined: see detail::prefetch.
+    auto prefetch_pos = [&](std::int64_t pos) RVVK_ALWAYS_INLINE {
       const std::int64_t row = cache_row(c, req, pos);
-      detail::prefetch(at<TKV>(c.k, row * c.k_stride_t + kvh * c.k_stride_h),
-                       dim * static_cast<std::int64_t>(sizeof(TKV)));
-      detail::prefetch(at<TKV>(c.v, row * c.v_stride_t + kvh * c.v_stride_h),
-                       dim_v * static_cast<std::int64_t>(sizeof(TKV)));
+      detail::prefetch(k_row(row), dim * static_cast<std::int64_t>(sizeof(TKV)));
+      detail::prefetch(v_row(row), dim_v * static_cast<std::int64_t>(sizeof(TKV)));
+    };
+    if constexpr (detail::kCanPrefetch) {
+      for (std::int64_t pos = lo; pos < std::min(lo + kAhead, cached_end); ++pos)
+        prefetch_pos(pos);
     }
     for (std::int64_t pos = lo; pos < cached_end; ++pos) {
-      if (pos + kAhead < cached_end) {
-        const std::int64_t ahead = cache_row(c, req, pos + kAhead);
-        detail::prefetch(at<TKV>(c.k, ahead * c.k_stride_t + kvh * c.k_stride_h),
-                         dim * static_cast<std::int64_t>(sizeof(TKV)));
-        detail::prefetch(at<TKV>(c.v, ahead * c.v_stride_t + kvh * c.v_stride_h),
-                         dim_v * static_cast<std::int64_t>(sizeof(TKV)));
+      if constexpr (detail::kCanPrefetch) {
+        if (pos + kAhead < cached_end) prefetch_pos(pos + kAhead);
       }
       const std::int64_t row = cache_row(c, req, pos);
       float ks = c.k_scale, vs = c.v_scale;
@@ -759,9 +759,8 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
         vs *= c.v_scales[row * c.scales_stride + kvh];
       }
       const std::int64_t j = pos - lo;
-      convert_row(kd + j * dim, at<TKV>(c.k, row * c.k_stride_t + kvh * c.k_stride_h), dim, ks);
-      convert_row(vd + j * lv, at<TKV>(c.v, row * c.v_stride_t + kvh * c.v_stride_h), dim_v,
-                  vs);
+      convert_row(kd + j * dim, k_row(row), dim, ks);
+      convert_row(vd + j * lv, v_row(row), dim_v, vs);
     }
     for (std::int64_t pos = std::max(lo, prefix); pos < hi; ++pos) {
       const std::int64_t t = start + pos - prefix;
