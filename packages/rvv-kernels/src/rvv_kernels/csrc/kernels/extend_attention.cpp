@@ -10,7 +10,8 @@
 // req_to_token, then the new tokens; positions no query row of the task sees
 // under causality / the window are skipped):
 //  - K and V rows -> fp32 with their scales folded in (fp8 per tensor, int8 per
-//    token and KV head), cached rows prefetched a few positions ahead. Each
+//    token and KV head), cached rows prefetched a few positions ahead (where
+//    the target can: detail::kCanPrefetch). Each
 //    position is converted once per call and thread for all the request's query
 //    blocks the thread runs (Converted; per task when the request is too long
 //    for it). Key blocks start at multiples of kBlockN.
