@@ -2,6 +2,7 @@
 // ratios (including 7 and MQA), context lengths 0..4097, mixed batches over
 // shuffled cache rows, logit cap, sliding window, sinks, splits, every dtype.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -177,6 +178,14 @@ RVVK_TEST(decode_attention_head_sizes_and_gqa) {
   for (auto& dm : dims)
     for (auto& hd : heads)
       run_case(ctx, Case{hd[0], hd[1], dm[0], dm[1], {17, 1, 70}, DType::kF32, DType::kF32}, ++seed);
+  // A bf16 cache: x86_avx2 reads bf16 rows whose size is a multiple of 16 in
+  // pairs (q and the P.V accumulators in pair order), others element-wise;
+  // sizes of both kinds, K and V of different kinds, every per-step head count.
+  const std::int64_t bf16_dims[][2] = {{20, 12}, {80, 80}, {96, 40}, {40, 96}};
+  for (auto& dm : bf16_dims)
+    for (auto& hd : {std::array<std::int64_t, 2>{12, 2}, {9, 1}, {10, 2}, {8, 2}, {8, 1}, {5, 1}})
+      run_case(ctx, Case{hd[0], hd[1], dm[0], dm[1], {17, 1, 70}, DType::kF32, DType::kBF16},
+               ++seed);
 }
 
 RVVK_TEST(decode_attention_context_lengths) {

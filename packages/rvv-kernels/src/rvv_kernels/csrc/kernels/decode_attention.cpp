@@ -7,7 +7,8 @@
 // online softmax (vector exp), then P.V accumulated in fp32. On x86 (AVX-512
 // and AVX2) the two products have their own forms (namespace x86 below): on
 // AVX-512 each K row converted once for all the group's heads and each V row
-// once per 8 heads, on AVX2 both once per 6 heads.
+// once per 8 heads, on AVX2 both once per 6 heads, bf16 rows in pairs (see
+// kPairs).
 // Stage 2 merges the splits with their log-sum-exp and the optional sink.
 #include <algorithm>
 #include <cmath>
@@ -333,10 +334,94 @@ RVVK_ALWAYS_INLINE inline void qk_chunk(__m256 (&acc)[NG][KS], const float* q, s
   }
 }
 
+// bf16 rows in pairs: a 256-bit load of 16 bf16 holds elements 2i (low half)
+// and 2i + 1 (high half) in 32-bit lane i, so the low elements are the lanes
+// shifted left by 16 and the high ones the lanes with the low half cleared:
+// 16 values in fp32 for one load and two simple instructions, against two
+// widening loads and two shifts. The fp32 operands on the other side (q for
+// q.k, the accumulators for P.V) are kept in the same order per 16 elements:
+// the even elements, then the odd ones (to_pairs / from_pairs).
+template <class T>
+inline constexpr bool kPairs = std::is_same_v<T, bf16>;
+RVVK_ALWAYS_INLINE inline __m256 pairs_even(__m256i raw) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+}
+RVVK_ALWAYS_INLINE inline __m256 pairs_odd(__m256i raw) {
+  return _mm256_castsi256_ps(
+      _mm256_and_si256(raw, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+RVVK_ALWAYS_INLINE inline __m256i load_pairs(const bf16* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+// x[0, n) (n a multiple of 16) from natural order to pair order, in place.
+inline void to_pairs(float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    float t[16];
+    for (int e = 0; e < 8; ++e) {
+      t[e] = x[i + 2 * e];
+      t[8 + e] = x[i + 2 * e + 1];
+    }
+    std::copy_n(t, 16, x + i);
+  }
+}
+// x[0, n) from pair order to natural order, in place.
+inline void from_pairs(float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    float t[16];
+    for (int e = 0; e < 8; ++e) {
+      t[2 * e] = x[i + e];
+      t[2 * e + 1] = x[i + 8 + e];
+    }
+    std::copy_n(t, 16, x + i);
+  }
+}
+
+// Whether rows of n elements of T go by pairs: bf16 rows of whole 16s. Then
+// the q rows (for K) and the P.V accumulators (for V) are in pair order.
+template <class T>
+inline bool uses_pairs(std::int64_t n) {
+  return kPairs<T> && n % 16 == 0;
+}
+
+// qk_chunk over the 16 dims at d of bf16 K rows, q in pair order there.
+template <int NG, int KS>
+RVVK_ALWAYS_INLINE inline void qk_chunk_pairs(__m256 (&acc)[NG][KS], const float* q,
+                                              std::int64_t dim, const bf16* const (&k)[KS],
+                                              std::int64_t d) {
+  if constexpr (NG >= KS) {
+    for (int half = 0; half < 2; ++half) {
+      __m256 kv[KS];
+      for (int s = 0; s < KS; ++s) {
+        const __m256i raw = load_pairs(k[s] + d);
+        kv[s] = half == 0 ? pairs_even(raw) : pairs_odd(raw);
+      }
+      for (int g = 0; g < NG; ++g) {
+        const __m256 qv = _mm256_loadu_ps(q + g * dim + d + 8 * half);
+        for (int s = 0; s < KS; ++s) acc[g][s] = _mm256_fmadd_ps(qv, kv[s], acc[g][s]);
+      }
+    }
+  } else {
+    __m256 qe[NG], qo[NG];
+    for (int g = 0; g < NG; ++g) {
+      qe[g] = _mm256_loadu_ps(q + g * dim + d);
+      qo[g] = _mm256_loadu_ps(q + g * dim + d + 8);
+    }
+    for (int s = 0; s < KS; ++s) {
+      const __m256i raw = load_pairs(k[s] + d);
+      const __m256 ke = pairs_even(raw), ko = pairs_odd(raw);
+      for (int g = 0; g < NG; ++g) {
+        acc[g][s] = _mm256_fmadd_ps(qe[g], ke, acc[g][s]);
+        acc[g][s] = _mm256_fmadd_ps(qo[g], ko, acc[g][s]);
+      }
+    }
+  }
+}
+
 // part[g * kPartRows + j]: 8 lanes summing to qf[g0 + g] . k_j, for heads
 // g0 <= g < g0 + NG, KS keys at a time (a last short step repeats its first
 // key; those sums land in the overhang and are never read). On key j
-// prefetches pf's row j + pf.ahead, when pf is given.
+// prefetches pf's row j + pf.ahead, when pf is given. Where uses_pairs<TK>(dim),
+// qk_chunk_pairs (q in pair order).
 template <int NG, class TK>
 void qk_heads(const float* qf, std::int64_t dim, const TK* const* krows, std::int64_t nb,
               Row* part, std::int64_t g0, const Prefetch<TK>* pf) {
@@ -354,8 +439,17 @@ void qk_heads(const float* qf, std::int64_t dim, const TK* const* krows, std::in
     __m256 acc[NG][KS];
     for (int g = 0; g < NG; ++g)
       for (int s = 0; s < KS; ++s) acc[g][s] = _mm256_setzero_ps();
-    for (std::int64_t d = 0; d < full; d += 8) qk_chunk<NG, KS>(acc, q, dim, k, d, 8);
-    if (tail) qk_chunk<NG, KS>(acc, q, dim, k, full, tail);
+    if constexpr (kPairs<TK>) {
+      if (uses_pairs<TK>(dim)) {
+        for (std::int64_t d = 0; d < dim; d += 16) qk_chunk_pairs<NG, KS>(acc, q, dim, k, d);
+      } else {
+        for (std::int64_t d = 0; d < full; d += 8) qk_chunk<NG, KS>(acc, q, dim, k, d, 8);
+        if (tail) qk_chunk<NG, KS>(acc, q, dim, k, full, tail);
+      }
+    } else {
+      for (std::int64_t d = 0; d < full; d += 8) qk_chunk<NG, KS>(acc, q, dim, k, d, 8);
+      if (tail) qk_chunk<NG, KS>(acc, q, dim, k, full, tail);
+    }
     for (int g = 0; g < NG; ++g)
       for (int s = 0; s < KS; ++s) out[g * kPartRows + j0 + s].v = acc[g][s];
   }
@@ -377,8 +471,8 @@ void qk_block(const float* qf, std::int64_t dim, std::int64_t group, const TK* c
          static_cast<std::size_t>(std::min<std::int64_t>(8, nb - c0)));
 }
 
-// acc[g] += sum_j p[g, j] * v_j for heads g0 <= g < g0 + NG, 16 dims at a time.
-// Spreads pf's rows (when given) over the passes: before the pass over dims
+// acc[g] += sum_j p[g, j] * v_j for heads g0 <= g < g0 + NG, 16 dims at a time
+// (acc in pair order where uses_pairs<TV>(dim_v)). Spreads pf's rows (when given) over the passes: before the pass over dims
 // [16t, 16t + 16), the rows j with j % passes == t.
 template <int NG, class TV>
 void pv_heads(float* acc, std::int64_t dim_v, const TV* const* vrows, std::int64_t nb,
@@ -395,7 +489,19 @@ void pv_heads(float* acc, std::int64_t dim_v, const TV* const* vrows, std::int64
       a0[g] = ld(c + g * dim_v + i, n0);
       a1[g] = n1 ? ld(c + g * dim_v + i + 8, n1) : _mm256_setzero_ps();
     }
-    if (n1 == 8) {  // a whole 16 dims: no tails in the key loop
+    if (uses_pairs<TV>(dim_v)) {  // a0: the even dims of the 16, a1 the odd ones
+      for (std::int64_t j = 0; j < nb; ++j) {
+        if constexpr (kPairs<TV>) {
+          const __m256i raw = load_pairs(vrows[j] + i);
+          const __m256 v0 = pairs_even(raw), v1 = pairs_odd(raw);
+          for (int g = 0; g < NG; ++g) {
+            const __m256 pj = _mm256_set1_ps(p0[g * kBlock + j]);
+            a0[g] = _mm256_fmadd_ps(pj, v0, a0[g]);
+            a1[g] = _mm256_fmadd_ps(pj, v1, a1[g]);
+          }
+        }
+      }
+    } else if (n1 == 8) {  // a whole 16 dims: no tails in the key loop
       for (std::int64_t j = 0; j < nb; ++j) {
         const __m256 v0 = ld(vrows[j] + i, 8), v1 = ld(vrows[j] + i + 8, 8);
         for (int g = 0; g < NG; ++g) {
@@ -515,6 +621,9 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
       F::store(dst + i, F::mul(F::load(src + i, vl), a.sm_scale * a.cache.k_scale, vl), vl);
       i += static_cast<std::int64_t>(vl);
     }
+#if defined(RVVK_VEC_AVX2)
+    if (x86::uses_pairs<TKV>(dim)) x86::to_pairs(dst, dim);
+#endif
   }
 
   const KvCache& c = a.cache;
@@ -611,6 +720,9 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
     const float l = sc.l[static_cast<std::size_t>(g)];
     if (l > 0.0f) {
       std::copy_n(sc.acc.data() + g * dim_v, dim_v, out);
+#if defined(RVVK_VEC_AVX2)
+      if (x86::uses_pairs<TKV>(dim_v)) x86::from_pairs(out, dim_v);
+#endif
       scale_row(out, dim_v, a.cache.v_scale / l);
       out[dim_v] = sc.m[static_cast<std::size_t>(g)] + std::log(l);
     } else {

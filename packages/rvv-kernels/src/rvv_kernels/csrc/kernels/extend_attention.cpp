@@ -25,8 +25,9 @@
 //  - logit cap, then masks: kMasked into the rows that must not see a key
 //    (causal, window); the visible rows of a key are contiguous.
 //  - online softmax with the running max / sum as vectors over the query rows
-//    (vector exp; masked scores give exactly 0, a row that saw no key yet keeps
-//    m = kMinit, l = 0, never NaN).
+//    (two passes per strip of rows: the max, then exp_nonpositive with the sum;
+//    masked scores give exactly 0, a row that saw no key yet keeps m = kMinit,
+//    l = 0, never NaN).
 //  - P.V: o[qr][:] = o[qr][:] * alpha[qr] + sum_j p[j][qr] * v_j[:], vectors
 //    along the head dimension, three query rows sharing each V load.
 //  - x86_avx2 runs both products on whole 16-lane chunks with 12 accumulators
@@ -59,7 +60,10 @@ namespace {
 // registers hold with the operand (LMUL 8 on RVV).
 using FM = vec::F32<vec::kMatrixLmul>;
 using FS = vec::F32<4>;  // tanh (more live registers)
-using FE = vec::F32<4>;  // exp
+// The softmax: LMUL 4 on RVV (exp's constants are scalar operands there), two
+// registers on x86 (the rows' max and sum and exp's constants stay in the 16
+// ymm; with four, AVX2 spilled).
+using FE = vec::F32<vec::kIsRvv ? 4 : 2>;
 using FD = vec::F32<4>;  // dot products along the head dimension (few query rows)
 
 constexpr std::int64_t kBlockM = kExtendBlockM;  // query tokens per task
@@ -528,42 +532,31 @@ void cap_row(float* s, std::int64_t n, float cap) {
   }
 }
 
-// x[0, n) = exp(x[0, n) - sub[0, n)) (sub may be null).
-void exp_row(float* x, std::int64_t n, const float* sub) {
-  for (std::int64_t i = 0; i < n;) {
-    const std::size_t vl = FE::setvl(static_cast<std::size_t>(n - i));
-    FE::V v = FE::load(x + i, vl);
-    if (sub) v = FE::sub(v, FE::load(sub + i, vl), vl);
-    FE::store(x + i, FE::exp(v, vl), vl);
-    i += static_cast<std::int64_t>(vl);
-  }
-}
-
 // Online softmax over the block, vectorised over query rows: s becomes the
 // unnormalised probabilities, m / l the running max / sum, alpha the factor
-// for the rows' earlier accumulators. The exp pass strip-mines each row of s
-// on its own (a fresh setvl per strip keeps exp's constants in the loop
-// instead of hoisted and spilled).
+// for the rows' earlier accumulators. Per strip of rows two passes over the
+// strip's columns of s (a few KiB: the second finds them in L1): the max,
+// then exp with the sum. Every exp argument is a score or an old max minus
+// its row's new max (<= 0; masked scores far below), so exp_nonpositive.
 void softmax_block(float* s, std::int64_t nqr, std::int64_t ld, std::int64_t nb, float* m, float* l,
                    float* alpha) {
   for (std::int64_t c = 0; c < nqr;) {
-    const std::size_t vl = FM::setvl(static_cast<std::size_t>(nqr - c));
-    const FM::V m_old = FM::load(m + c, vl);
-    FM::V mx = m_old;
-    const float* row = s + c;
-    for (std::int64_t j = 0; j < nb; ++j, row += ld) mx = FM::max(mx, FM::load(row, vl), vl);
-    FM::store(m + c, mx, vl);
-    FM::store(alpha + c, FM::sub(m_old, mx, vl), vl);
-    c += static_cast<std::int64_t>(vl);
-  }
-  exp_row(alpha, nqr, nullptr);
-  for (std::int64_t j = 0; j < nb; ++j) exp_row(s + j * ld, nqr, m);
-  for (std::int64_t c = 0; c < nqr;) {
-    const std::size_t vl = FM::setvl(static_cast<std::size_t>(nqr - c));
-    FM::V sum = FM::mul(FM::load(l + c, vl), FM::load(alpha + c, vl), vl);
-    const float* row = s + c;
-    for (std::int64_t j = 0; j < nb; ++j, row += ld) sum = FM::add(sum, FM::load(row, vl), vl);
-    FM::store(l + c, sum, vl);
+    const std::size_t vl = FE::setvl(static_cast<std::size_t>(nqr - c));
+    const FE::V m_old = FE::load(m + c, vl);
+    FE::V mx = m_old;
+    const float* col = s + c;
+    for (std::int64_t j = 0; j < nb; ++j, col += ld) mx = FE::max(mx, FE::load(col, vl), vl);
+    const FE::V a = FE::exp_nonpositive(FE::sub(m_old, mx, vl), vl);
+    FE::store(m + c, mx, vl);
+    FE::store(alpha + c, a, vl);
+    FE::V sum = FE::mul(FE::load(l + c, vl), a, vl);
+    float* p = s + c;
+    for (std::int64_t j = 0; j < nb; ++j, p += ld) {
+      const FE::V e = FE::exp_nonpositive(FE::sub(FE::load(p, vl), mx, vl), vl);
+      FE::store(p, e, vl);
+      sum = FE::add(sum, e, vl);
+    }
+    FE::store(l + c, sum, vl);
     c += static_cast<std::int64_t>(vl);
   }
 }
@@ -1043,26 +1036,6 @@ inline __mmask16 lanes_in(std::int64_t lo, std::int64_t hi, int i) {
   return static_cast<__mmask16>(bits(hi - 16 * i) & ~bits(lo - 16 * i));
 }
 
-// exp(x) for the softmax's x = s - max <= 0 (and masked scores, about -1e30):
-// x log2(e) = n + f with n an integer and |f| <= 1/2, 2^f by a degree-5
-// polynomial (least squares on [-1/2, 1/2]: relative error 1.1e-7), times 2^n
-// by vscalefps, which gives 0 for very negative n (no clamp or underflow mask
-// needed: 8 instructions, not the 18 of vec::avx512::exp). Rounding x log2(e)
-// to fp32 costs a relative error of about |x| 2^-24 in the result, below 1e-6
-// wherever exp(x) is above 1e-9.
-inline __m512 exp_nonpositive(__m512 x) {
-  const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
-  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(t, n);
-  __m512 p =
-      _mm512_fmadd_ps(_mm512_set1_ps(1.3218672248e-3f), f, _mm512_set1_ps(9.6716983244e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5508930236e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022237957e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314688444e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
-
 // Online softmax of row s[0, kN) whose visible keys are [lo, hi): s scaled,
 // capped and masked, m / l updated, p written as bf16 hi + lo; returns alpha.
 inline float softmax_row(const float* s, std::int64_t lo, std::int64_t hi, float sm_scale,
@@ -1089,8 +1062,8 @@ inline float softmax_row(const float* s, std::int64_t lo, std::int64_t hi, float
   const __m512i top = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   __m512 sum = _mm512_setzero_ps();
   for (int i = 0; i < kZ; i += 2) {
-    const __m512 p0 = exp_nonpositive(_mm512_sub_ps(x[i], mv));
-    const __m512 p1 = exp_nonpositive(_mm512_sub_ps(x[i + 1], mv));
+    const __m512 p0 = vec::avx512::exp_nonpositive(_mm512_sub_ps(x[i], mv));
+    const __m512 p1 = vec::avx512::exp_nonpositive(_mm512_sub_ps(x[i + 1], mv));
     // hi: p truncated to bf16 (exact in bf16), lo = p - hi (exact in fp32) rounded.
     const __m512 h0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(p0), top));
     const __m512 h1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(p1), top));

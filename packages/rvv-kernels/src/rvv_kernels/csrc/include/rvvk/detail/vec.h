@@ -22,6 +22,9 @@
 //    elements apart (float, bf16, f16).
 //  - exp, tanh and erf are fp32 approximations on RVV, AVX-512 and AVX2 (a few
 //    ulp; see vec_rvv.h) and the C library's functions in the portable layer.
+//    exp_nonpositive is exp for x <= 0 only (a softmax's score minus its max;
+//    x > 0 unspecified), fewer instructions where the layer has a cheaper form;
+//    both give exactly 0 below -87.33654.
 #pragma once
 
 #include "rvvk/detail/scalar.h"

@@ -93,6 +93,8 @@ struct F32 {
     for (std::size_t i = 0; i < vl; ++i) x.x[i] = x.x[i] < -87.33654f ? 0.0f : std::exp(x.x[i]);
     return x;
   }
+  // exp for x <= 0 (the other layers' cheaper form): exp's own results here.
+  static V exp_nonpositive(V x, std::size_t vl) { return exp(x, vl); }
   static V tanh(V x, std::size_t vl) {
     for (std::size_t i = 0; i < vl; ++i) x.x[i] = std::tanh(x.x[i]);
     return x;

@@ -89,6 +89,31 @@ struct F32;
       return __riscv_vfmerge_vfm_f32##M(__riscv_vreinterpret_v_i32##M##_f32##M(bits), 0.0f,  \
                                         tiny, vl);                                           \
     }                                                                                        \
+    /* exp(x) for x <= 0 (softmax scores minus their max), with exp's contract there: */     \
+    /* x log2(e) = n + f, |f| <= 1/2 (f from an exact product by FMA plus the low     */     \
+    /* part of log2(e): no reduction error growing with |x|), 2^f by a degree-5       */     \
+    /* polynomial (relative error about 2e-7), 2^n as a float's exponent field;       */     \
+    /* x < -87.33 gives exactly 0. x > 0 is outside its contract.                      */    \
+    static V exp_nonpositive(V x, std::size_t vl) {                                          \
+      using I = vint32##M##_t;                                                               \
+      const Mask tiny = __riscv_vmflt_vf_f32##M##_b##B(x, -87.33654f, vl);                   \
+      /* log2(e) = 1.44269502f + 1.925963e-8; n to nearest (frm is RNE) */                   \
+      const I n = __riscv_vfcvt_x_f_v_i32##M(__riscv_vfmul_vf_f32##M(x, 1.44269502f, vl), vl);\
+      V f = __riscv_vfmsub_vf_f32##M(x, 1.44269502f, __riscv_vfcvt_f_x_v_f32##M(n, vl), vl); \
+      f = __riscv_vfmacc_vf_f32##M(f, 1.925963e-8f, x, vl);                                  \
+      /* Horner steps as a multiply then an add of a scalar: no splat constants to */        \
+      /* hoist (and spill) in a caller's loop; as many instructions as vfmv+vfmadd. */       \
+      V p = __riscv_vfadd_vf_f32##M(__riscv_vfmul_vf_f32##M(f, 1.3218672248e-3f, vl),        \
+                                    9.6716983244e-3f, vl);                                   \
+      p = __riscv_vfadd_vf_f32##M(__riscv_vfmul_vv_f32##M(p, f, vl), 5.5508930236e-2f, vl);  \
+      p = __riscv_vfadd_vf_f32##M(__riscv_vfmul_vv_f32##M(p, f, vl), 2.4022237957e-1f, vl);  \
+      p = __riscv_vfadd_vf_f32##M(__riscv_vfmul_vv_f32##M(p, f, vl), 6.9314688444e-1f, vl);  \
+      p = __riscv_vfadd_vf_f32##M(__riscv_vfmul_vv_f32##M(p, f, vl), 1.0f, vl);              \
+      /* 2^n = (n + 127) << 23 as a float: n >= -126 wherever x is not tiny */               \
+      const I e = __riscv_vsll_vx_i32##M(__riscv_vadd_vx_i32##M(n, 127, vl), 23, vl);        \
+      const V y = __riscv_vfmul_vv_f32##M(p, __riscv_vreinterpret_v_i32##M##_f32##M(e), vl); \
+      return __riscv_vfmerge_vfm_f32##M(y, 0.0f, tiny, vl);                                  \
+    }                                                                                        \
     /* tanh(x) = 1 - 2 / (exp(2x) + 1), saturating to +-1. */                                \
     static V tanh(V x, std::size_t vl) {                                                     \
       V e = exp(__riscv_vfmul_vf_f32##M(x, 2.0f, vl), vl);                                   \
