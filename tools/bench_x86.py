@@ -4,7 +4,9 @@ One process, the same inputs for every implementation: Qwen2.5-1.5B's attention 
 (12 query heads, 2 KV heads, head dim 128), a bf16 KV cache in SGLang's own pools
 (``MHATokenToKVPool``, ``ReqToTokenPool``, page size 1, every request's tokens at rows of a
 random permutation of the pool, as a long-running server's allocator leaves them), for
-batch x context in {1, 4, 16} x {512, 2048, 8192}, decode and extend:
+batch x context in {1, 4, 16} x {512, 2048, 8192}, decode and extend; decode at context
+8192 also with each request's tokens at consecutive rows (layout ``contiguous``: as a fresh
+server's allocator hands them out, free rows in order):
 
 - ``torch_native``: SGLang's own ``TorchNativeAttnBackend`` (the real class) on hand-built
   ``ForwardBatch``es; timed: ``init_forward_metadata`` + ``forward_decode`` /
@@ -41,13 +43,15 @@ second, median of several copies at the start and at the end).
 
 Writes ``build/bench/x86.json``: ``{"machine", "method", "copy_bandwidth", "numerics",
 "targets", "skipped", "samples", "records"}``, ``records`` a list of ``{"op", "batch",
-"context", "impl", "median_s", "ratio_vs_torch_native", "bandwidth_fraction"}`` (null where
-not applicable), and prints a table. Nothing here asserts a timing.
+"context", "layout", "impl", "median_s", "ratio_vs_torch_native", "bandwidth_fraction"}``
+(null where not applicable; ``layout`` ``random`` or ``contiguous``), and prints a table.
+Nothing here asserts a timing.
 
 Usage: python tools/bench_x86.py [--quick] [--out FILE] [--repeats N] [--budget S]
        [--batch B ...] [--context C ...] [--op decode|extend ...] [--skip OP:B:C ...]
-       [--time-limit MIN]
-(``--quick``: batch {1, 4} x context {512}, 2 repeats: a smoke check of the harness.
+       [--time-limit MIN] [--contiguous-context C ...]
+(``--quick``: batch {1, 4} x context {512}, 2 repeats, decode also contiguous: a smoke
+check of the harness. ``--contiguous-context 0``: no contiguous cases.
 Cases run decode first, then extend, each in order of growing work; with ``--time-limit``
 a case predicted to end after the limit is left out and listed in ``skipped``.)
 """
@@ -84,18 +88,27 @@ EXTEND_NEW = 512
 BATCHES = (1, 4, 16)
 CONTEXTS = (512, 2048, 8192)
 OPS = ("decode", "extend")
+# Where each request's tokens sit in the pool: rows of a random permutation (every case),
+# or consecutive rows (decode at the contexts of --contiguous-context).
+LAYOUTS = ("random", "contiguous")
+CONTIGUOUS_CONTEXTS = (8192,)
 IMPLS = ("torch_native", "rvv_fallback", "rvv_kernel")
 # RVV_ATTENTION_IMPL for the rvv-attention implementations.
 IMPL_MODES = {"torch_native": None, "rvv_fallback": "fallback", "rvv_kernel": "kernel"}
 ATOL = RTOL = 2e-2
 TARGETS = (
-    # (what, op, batch, context, field, threshold)
-    ("decode >= 10x over torch_native at batch 16 / context 2048", "decode", 16, 2048, "ratio", 10),
-    ("extend >= 3x over torch_native at batch 4 / context 2048", "extend", 4, 2048, "ratio", 3),
-    ("decode bandwidth fraction >= 0.5 at context 8192, batch 1", "decode", 1, 8192, "bw", 0.5),
-    ("decode bandwidth fraction >= 0.5 at context 8192, batch 4", "decode", 4, 8192, "bw", 0.5),
-    ("decode bandwidth fraction >= 0.5 at context 8192, batch 16", "decode", 16, 8192, "bw", 0.5),
-)
+    # (what, op, batch, context, layout, field, threshold)
+    ("decode >= 10x over torch_native at batch 16 / context 2048", "decode", 16, 2048, "random",
+     "ratio", 10),
+    ("extend >= 3x over torch_native at batch 4 / context 2048", "extend", 4, 2048, "random",
+     "ratio", 3),
+    *(
+        (f"decode bandwidth fraction >= 0.5 at context 8192, batch {b}, {layout} rows", "decode",
+         b, 8192, layout, "bw", 0.5)
+        for layout in LAYOUTS
+        for b in (1, 4, 16)
+    ),
+)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ machine
@@ -221,6 +234,7 @@ class Pools:
 
     batch: int
     context: int
+    layout: str
     runner: Any
     layer: Any
     k_buffer: torch.Tensor
@@ -228,7 +242,7 @@ class Pools:
     req_to_token: torch.Tensor
 
 
-def make_pools(sg: dict[str, Any], batch: int, context: int, seed: int) -> Pools:
+def make_pools(sg: dict[str, Any], batch: int, context: int, layout: str, seed: int) -> Pools:
     from types import SimpleNamespace
 
     gen = torch.Generator().manual_seed(seed)
@@ -247,8 +261,12 @@ def make_pools(sg: dict[str, Any], batch: int, context: int, seed: int) -> Pools
         enable_memory_saver=False,
         enable_alt_stream=False,
     )
-    # Row 0 is SGLang's padding slot; requests get rows 1..tokens in random order.
-    rows = torch.randperm(tokens, generator=gen) + 1
+    # Row 0 is SGLang's padding slot; requests get rows 1..tokens, in random order or in
+    # order (request i: rows i * context + 1 ..).
+    if layout == "random":
+        rows = torch.randperm(tokens, generator=gen) + 1
+    else:
+        rows = torch.arange(1, tokens + 1)
     r2t.req_to_token[:batch, :context] = rows.view(batch, context).to(r2t.req_to_token.dtype)
     k_buf: torch.Tensor = kv.get_key_buffer(0)
     v_buf: torch.Tensor = kv.get_value_buffer(0)
@@ -263,7 +281,7 @@ def make_pools(sg: dict[str, Any], batch: int, context: int, seed: int) -> Pools
     )
     # TorchNativeAttnBackend reads exactly these three attributes of its model runner.
     runner = SimpleNamespace(device="cpu", req_to_token_pool=r2t, token_to_kv_pool=kv)
-    return Pools(batch, context, runner, layer, k_buf, v_buf, r2t.req_to_token)
+    return Pools(batch, context, layout, runner, layer, k_buf, v_buf, r2t.req_to_token)
 
 
 @dataclass
@@ -367,6 +385,7 @@ class Options:
     copy_repeats: int
     budget: float
     time_limit: float | None
+    contiguous: tuple[int, ...]  # decode contexts also run with the contiguous layout
 
 
 def parse(argv: list[str] | None) -> tuple[Options, Path, bool]:
@@ -387,6 +406,11 @@ def parse(argv: list[str] | None) -> tuple[Options, Path, bool]:
         "work) to end after MIN minutes; such cases are listed in 'skipped'",
     )  # fmt: skip
     p.add_argument(
+        "--contiguous-context", type=int, action="append", metavar="C",
+        help="decode at context C also with each request's tokens at consecutive rows "
+        "(8192; --quick: 512; 0: none)",
+    )  # fmt: skip
+    p.add_argument(
         "--skip", action="append", default=[], metavar="OP:B:C",
         help="leave out one case, e.g. extend:16:8192 (recorded in the JSON's 'skipped')",
     )  # fmt: skip
@@ -399,10 +423,15 @@ def parse(argv: list[str] | None) -> tuple[Options, Path, bool]:
         skip.add((op, int(b), int(c)))
     if a.quick:
         small = 64 << 20
-        opts = Options((1, 4), (512,), OPS, 2, frozenset(skip), small, small, 3, a.budget, limit)
+        opts = Options(
+            (1, 4), (512,), OPS, 2, frozenset(skip), small, small, 3, a.budget, limit, (512,)
+        )
     else:
         big = max(512 << 20, 2 * llc)
-        opts = Options(BATCHES, CONTEXTS, OPS, 5, frozenset(skip), big, big, 5, a.budget, limit)
+        opts = Options(
+            BATCHES, CONTEXTS, OPS, 5, frozenset(skip), big, big, 5, a.budget, limit,
+            CONTIGUOUS_CONTEXTS,
+        )  # fmt: skip
     if a.batch:
         opts.batches = tuple(a.batch)
     if a.context:
@@ -411,6 +440,8 @@ def parse(argv: list[str] | None) -> tuple[Options, Path, bool]:
         opts.ops = tuple(a.op)
     if a.repeats:
         opts.repeats = a.repeats
+    if a.contiguous_context:
+        opts.contiguous = tuple(c for c in a.contiguous_context if c > 0)
     return opts, a.out, a.quick
 
 
@@ -419,7 +450,9 @@ def _work(op: str, b: int, c: int) -> float:
     return b * c * (1 if op == "decode" else min(EXTEND_NEW, c))
 
 
-def check(op: str, b: int, c: int, outs: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
+def check(
+    op: str, b: int, c: int, layout: str, outs: dict[str, torch.Tensor]
+) -> list[dict[str, Any]]:
     """Each rvv implementation's output against torch_native's."""
     ref = outs["torch_native"].double()
     rows = []
@@ -429,8 +462,8 @@ def check(op: str, b: int, c: int, outs: dict[str, torch.Tensor]) -> list[dict[s
         diff = float((got - ref).abs().max()) if finite else math.inf
         ok = finite and bool(torch.allclose(got, ref, atol=ATOL, rtol=RTOL))
         rows.append(
-            {"op": op, "batch": b, "context": c, "impl": impl, "vs": "torch_native",
-             "max_abs_diff": diff, "ok": ok}
+            {"op": op, "batch": b, "context": c, "layout": layout, "impl": impl,
+             "vs": "torch_native", "max_abs_diff": diff, "ok": ok}
         )  # fmt: skip
     return rows
 
@@ -444,24 +477,27 @@ def run(opts: Options) -> dict[str, Any]:
 
     # Decode first (cheap, and every decode target), then extend; each by growing work, so
     # a --time-limit cuts the largest cases.
+    # A contiguous case right after its random one (same batch and context).
     grid = sorted(
         (
-            (op, b, c)
+            (op, b, c, layout)
             for b in opts.batches
             for c in opts.contexts
             for op in opts.ops
+            for layout in LAYOUTS
             if (op, b, c) not in opts.skip
+            and (layout == "random" or (op == "decode" and c in opts.contiguous))
         ),
-        key=lambda k: (OPS.index(k[0]), _work(*k), k[1]),
+        key=lambda k: (OPS.index(k[0]), _work(*k[:3]), k[1], LAYOUTS.index(k[3])),
     )
     skipped = [
-        {"op": op, "batch": b, "context": c, "reason": "left out with --skip"}
+        {"op": op, "batch": b, "context": c, "reason": "left out with --skip (every layout)"}
         for (op, b, c) in sorted(opts.skip)
     ]
-    samples: dict[tuple[str, int, int, str], list[float]] = {}
-    kv_bytes: dict[tuple[str, int, int], int] = {}
+    samples: dict[tuple[str, int, int, str, str], list[float]] = {}
+    kv_bytes: dict[tuple[str, int, int, str], int] = {}
     numerics: list[dict[str, Any]] = []
-    done: list[tuple[str, int, int]] = []
+    done: list[tuple[str, int, int, str]] = []
     last: dict[str, tuple[float, float]] = {}  # op -> (work, seconds) of its latest case
     bar = tqdm(
         total=len(grid) * len(IMPLS) * (1 + opts.repeats), unit="call", file=sys.stderr,
@@ -470,26 +506,27 @@ def run(opts: Options) -> dict[str, Any]:
     pools: Pools | None = None
     start = time.monotonic()
     with torch.inference_mode():
-        for op, b, c in grid:
+        for op, b, c, layout in grid:
             work = _work(op, b, c)
+            name = f"{op} batch {b} context {c}" + (f" {layout}" if layout != "random" else "")
             if opts.time_limit is not None and op in last:
                 predicted = last[op][1] * work / last[op][0]
                 if time.monotonic() - start + predicted > opts.time_limit:
                     skipped.append(
-                        {"op": op, "batch": b, "context": c,
+                        {"op": op, "batch": b, "context": c, "layout": layout,
                          "reason": f"the run's time limit ({opts.time_limit / 60:g} min) would "
                          f"have been exceeded (about {predicted:.0f} s predicted)"}
                     )  # fmt: skip
                     bar.total -= len(IMPLS) * (1 + opts.repeats)
                     continue
             t_case = time.monotonic()
-            if pools is None or (pools.batch, pools.context) != (b, c):
+            if pools is None or (pools.batch, pools.context, pools.layout) != (b, c, layout):
                 pools = None
                 gc.collect()
-                pools = make_pools(sg, b, c, seed=1000 * b + c)
+                pools = make_pools(sg, b, c, layout, seed=1000 * b + c)
             case = make_case(sg, pools, op, seed=7 * b + c + (op == "extend"))
-            kv_bytes[(op, b, c)] = case.kv_bytes
-            bar.set_postfix_str(f"{op} batch {b} context {c}: check")
+            kv_bytes[(op, b, c, layout)] = case.kv_bytes
+            bar.set_postfix_str(f"{name}: check")
             outs = {}
             t_check = time.perf_counter()
             for impl in IMPLS:
@@ -497,12 +534,12 @@ def run(opts: Options) -> dict[str, Any]:
                 outs[impl] = case.calls[impl]().clone()
                 bar.update(1)
             t_check = time.perf_counter() - t_check
-            numerics += check(op, b, c, outs)
+            numerics += check(op, b, c, layout, outs)
             del outs
             # Long cases get fewer repeats (at least 3): about budget seconds per case.
             reps = max(min(3, opts.repeats), min(opts.repeats, int(opts.budget / t_check)))
             bar.total -= (opts.repeats - reps) * len(IMPLS)
-            bar.set_postfix_str(f"{op} batch {b} context {c}")
+            bar.set_postfix_str(name)
             for _ in range(reps):
                 for impl in IMPLS:
                     call = case.calls[impl]
@@ -512,10 +549,10 @@ def run(opts: Options) -> dict[str, Any]:
                     t0 = time.perf_counter()
                     call()
                     dt = time.perf_counter() - t0
-                    samples.setdefault((op, b, c, impl), []).append(dt)
+                    samples.setdefault((op, b, c, layout, impl), []).append(dt)
                     bar.update(1)
             del case
-            done.append((op, b, c))
+            done.append((op, b, c, layout))
             last[op] = (work, time.monotonic() - t_case)
     bar.close()
     del pools, flush
@@ -526,16 +563,19 @@ def run(opts: Options) -> dict[str, Any]:
     copy_bw = statistics.median(copies)
 
     records = []
-    for op, b, c in sorted(done, key=lambda k: (OPS.index(k[0]), k[1], k[2])):
-        base = statistics.median(samples[(op, b, c, "torch_native")])
+    for op, b, c, layout in sorted(
+        done, key=lambda k: (OPS.index(k[0]), k[1], k[2], LAYOUTS.index(k[3]))
+    ):
+        base = statistics.median(samples[(op, b, c, layout, "torch_native")])
         for impl in IMPLS:
-            med = statistics.median(samples[(op, b, c, impl)])
-            bw = kv_bytes[(op, b, c)] / med / copy_bw if op == "decode" else None
+            med = statistics.median(samples[(op, b, c, layout, impl)])
+            bw = kv_bytes[(op, b, c, layout)] / med / copy_bw if op == "decode" else None
             records.append(
                 {
                     "op": op,
                     "batch": b,
                     "context": c,
+                    "layout": layout,
                     "impl": impl,
                     "median_s": med,
                     "ratio_vs_torch_native": base / med,
@@ -556,8 +596,8 @@ def run(opts: Options) -> dict[str, Any]:
         "targets": targets(records),
         "skipped": skipped,
         "samples": [
-            {"op": op, "batch": b, "context": c, "impl": impl, "times_s": ts}
-            for (op, b, c, impl), ts in samples.items()
+            {"op": op, "batch": b, "context": c, "layout": layout, "impl": impl, "times_s": ts}
+            for (op, b, c, layout, impl), ts in samples.items()
         ],
         "records": records,
     }
@@ -567,6 +607,14 @@ def method(opts: Options) -> dict[str, Any]:
     return {
         "shapes": {"q_heads": HQ, "kv_heads": HKV, "head_dim": HEAD_DIM, "kv_dtype": "bf16"},
         "decode": "1 new token per request after context - 1 cached tokens",
+        "layouts": {
+            "random": "every request's tokens at rows of a random permutation of the pool "
+            "(as a long-running server's allocator leaves them)",
+            "contiguous": "each request's tokens at consecutive rows (as a fresh server's "
+            f"allocator hands them out); decode at context {', '.join(map(str, opts.contiguous))}"
+            if opts.contiguous
+            else "not run",
+        },
         "extend": (
             f"min({EXTEND_NEW}, context) new tokens per request after a cached prefix of "
             f"context - {EXTEND_NEW} tokens (at context {EXTEND_NEW}: a full prefill)"
@@ -602,12 +650,13 @@ def method(opts: Options) -> dict[str, Any]:
 
 def targets(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
-    for what, op, b, c, field, threshold in TARGETS:
+    for what, op, b, c, layout, field, threshold in TARGETS:
         rec = next(
             (
                 r
                 for r in records
-                if (r["op"], r["batch"], r["context"], r["impl"]) == (op, b, c, "rvv_kernel")
+                if (r["op"], r["batch"], r["context"], r["layout"], r["impl"])
+                == (op, b, c, layout, "rvv_kernel")
             ),
             None,
         )
@@ -615,7 +664,8 @@ def targets(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if rec is not None:
             value = rec["ratio_vs_torch_native" if field == "ratio" else "bandwidth_fraction"]
         out.append(
-            {"target": what, "op": op, "batch": b, "context": c, "impl": "rvv_kernel",
+            {"target": what, "op": op, "batch": b, "context": c, "layout": layout,
+             "impl": "rvv_kernel",
              "threshold": threshold, "value": value,
              "met": None if value is None else bool(value >= threshold)}
         )  # fmt: skip
@@ -624,13 +674,13 @@ def targets(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def table(result: dict[str, Any]) -> str:
     lines = [
-        f"{'op':<7}{'batch':>6}{'context':>8}  {'impl':<13}{'median ms':>11}"
+        f"{'op':<7}{'batch':>6}{'context':>8}  {'layout':<11}{'impl':<13}{'median ms':>11}"
         f"{'x torch_native':>15}{'bw fraction':>12}"
     ]
     for r in result["records"]:
         bw = r["bandwidth_fraction"]
         lines.append(
-            f"{r['op']:<7}{r['batch']:>6}{r['context']:>8}  {r['impl']:<13}"
+            f"{r['op']:<7}{r['batch']:>6}{r['context']:>8}  {r['layout']:<11}{r['impl']:<13}"
             f"{r['median_s'] * 1e3:>11.2f}{r['ratio_vs_torch_native']:>15.2f}"
             f"{'-' if bw is None else f'{bw:.3f}':>12}"
         )
@@ -645,7 +695,10 @@ def table(result: dict[str, Any]) -> str:
         verdict = {True: "met", False: "NOT met", None: "-"}[t["met"]]
         lines.append(f"target: {t['target']}: {value} ({verdict})")
     for s in result["skipped"]:
-        lines.append(f"skipped: {s['op']} batch {s['batch']} context {s['context']}: {s['reason']}")
+        lines.append(
+            f"skipped: {s['op']} batch {s['batch']} context {s['context']} "
+            f"{s.get('layout', 'random')}: {s['reason']}"
+        )
     return "\n".join(lines)
 
 
@@ -659,7 +712,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [n for n in result["numerics"] if not n["ok"]]
     for n in bad:
         print(
-            f"NUMERICS FAILED: {n['op']} batch {n['batch']} context {n['context']} {n['impl']}: "
+            f"NUMERICS FAILED: {n['op']} batch {n['batch']} context {n['context']} "
+            f"{n['layout']} {n['impl']}: "
             f"max |diff| vs torch_native {n['max_abs_diff']:.3g}",
             file=sys.stderr,
         )

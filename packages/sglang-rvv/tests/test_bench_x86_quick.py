@@ -18,6 +18,7 @@ FIELDS = {
     "op",
     "batch",
     "context",
+    "layout",
     "impl",
     "median_s",
     "ratio_vs_torch_native",
@@ -40,10 +41,20 @@ def test_bench_x86_quick(tmp_path: Path) -> None:
     assert "x torch_native" in proc.stdout  # the table
     data = json.loads(out.read_text())
 
-    expected = {(op, b, 512, impl) for op in ("decode", "extend") for b in (1, 4) for impl in IMPLS}
+    # every case on randomly placed rows; decode also on consecutive rows
+    expected = {
+        (op, b, 512, layout, impl)
+        for op in ("decode", "extend")
+        for b in (1, 4)
+        for layout in ("random", "contiguous")
+        for impl in IMPLS
+        if layout == "random" or op == "decode"
+    }
     records = data["records"]
     assert len(records) == len(expected)
-    assert {(r["op"], r["batch"], r["context"], r["impl"]) for r in records} == expected
+    assert {(r["op"], r["batch"], r["context"], r["layout"], r["impl"]) for r in records} == (
+        expected
+    )
     for r in records:
         assert set(r) == FIELDS, r
         assert _positive(r["median_s"]), r
@@ -55,13 +66,16 @@ def test_bench_x86_quick(tmp_path: Path) -> None:
         else:
             assert r["bandwidth_fraction"] is None, r
 
+    assert set(data["method"]["layouts"]) == {"random", "contiguous"}
     machine = data["machine"]
     for key in ("cpu_model", "cores", "torch", "date_utc", "uptime_start", "uptime_end"):
         assert machine[key], key
     assert _positive(data["copy_bandwidth"]["median_bytes_per_s"])
     # every rvv implementation was checked against torch_native in every case, and agreed
-    checked = {(n["op"], n["batch"], n["context"], n["impl"]) for n in data["numerics"]}
-    assert checked == {k for k in expected if k[3] != "torch_native"}
+    checked = {
+        (n["op"], n["batch"], n["context"], n["layout"], n["impl"]) for n in data["numerics"]
+    }
+    assert checked == {k for k in expected if k[4] != "torch_native"}
     assert all(n["ok"] for n in data["numerics"]), data["numerics"]
     for s in data["samples"]:
         assert len(s["times_s"]) == 2 and all(_positive(t) for t in s["times_s"]), s
