@@ -431,10 +431,11 @@ We have no RISC-V board. Every number here is a proxy:
   against 470 ms); the two runs before it gave 2.7x and 2.9x on the same machine type, so
   the margin over the 3x target is within this VM's run-to-run variation (torch_native's
   own time there ranged 442-607 ms). Beyond that, extend needs less work than the fp32 FMAs
-  do (this CPU has no bf16 or int8 dot-product instructions) or the cores to itself. The bandwidth fraction divides by the copy bandwidth measured in the same
-  run, which itself varies between runs on these shared VMs (14.6 to 25.5 GB/s across the
-  recorded runs). None of this carries over to RISC-V, where the matrix products are the
-  RVV code measured in sections 1 and 2.
+  do (this CPU has no bf16 or int8 dot-product instructions) or the cores to itself. The
+  bandwidth fraction divides by the copy bandwidth measured in the same run, which itself
+  varies between runs on these shared VMs (14.6 to 25.5 GB/s across the recorded runs).
+  None of this carries over to RISC-V, where the matrix products are the RVV code measured
+  in sections 1 and 2.
 - A board result also depends on its memory system, thread count and clock, none of
   which these proxies contain.
 """
