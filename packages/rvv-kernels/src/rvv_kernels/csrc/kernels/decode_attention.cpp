@@ -472,8 +472,9 @@ void qk_block(const float* qf, std::int64_t dim, std::int64_t group, const TK* c
 }
 
 // acc[g] += sum_j p[g, j] * v_j for heads g0 <= g < g0 + NG, 16 dims at a time
-// (acc in pair order where uses_pairs<TV>(dim_v)). Spreads pf's rows (when given) over the passes: before the pass over dims
-// [16t, 16t + 16), the rows j with j % passes == t.
+// (acc in pair order where uses_pairs<TV>(dim_v)). Spreads pf's rows (when
+// given) over the passes: before the pass over dims [16t, 16t + 16), the rows
+// j with j % passes == t.
 template <int NG, class TV>
 void pv_heads(float* acc, std::int64_t dim_v, const TV* const* vrows, std::int64_t nb,
               const float* p, std::int64_t g0, const Prefetch<TV>* pf) {
