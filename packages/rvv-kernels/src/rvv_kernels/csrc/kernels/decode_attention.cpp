@@ -439,13 +439,9 @@ void qk_heads(const float* qf, std::int64_t dim, const TK* const* krows, std::in
     __m256 acc[NG][KS];
     for (int g = 0; g < NG; ++g)
       for (int s = 0; s < KS; ++s) acc[g][s] = _mm256_setzero_ps();
-    if constexpr (kPairs<TK>) {
-      if (uses_pairs<TK>(dim)) {
+    if (uses_pairs<TK>(dim)) {
+      if constexpr (kPairs<TK>)
         for (std::int64_t d = 0; d < dim; d += 16) qk_chunk_pairs<NG, KS>(acc, q, dim, k, d);
-      } else {
-        for (std::int64_t d = 0; d < full; d += 8) qk_chunk<NG, KS>(acc, q, dim, k, d, 8);
-        if (tail) qk_chunk<NG, KS>(acc, q, dim, k, full, tail);
-      }
     } else {
       for (std::int64_t d = 0; d < full; d += 8) qk_chunk<NG, KS>(acc, q, dim, k, d, 8);
       if (tail) qk_chunk<NG, KS>(acc, q, dim, k, full, tail);
