@@ -31,10 +31,19 @@
  * ("emul_8th emul_4th emul_half emul1 emul2 emul4 emul8"); they sum to vector - vsetvl.
  * The callbacks slow the emulation of vector code down, not of scalar code.
  *
+ * Marks (counts at chosen points of a run): a guest that calls lseek(-1, MARK_MAGIC, L),
+ * which fails with EBADF and has no other effect, makes the plugin snapshot every count
+ * under the label L (any integer >= 0). A program can then measure just a section of
+ * itself, e.g. one decode step, without its start-up, whose count varies by ~1e6 from run
+ * to run (addresses and hashing differ). In Python: os.lseek(-1, 0x696E73636E74, L),
+ * catching the OSError. The snapshot is taken as the syscall is entered; the count of the
+ * block holding the ecall is already in it.
+ *
  * Usage: qemu-riscv64 ... -plugin libinsncount.so,outfile=PATH ./prog
  * At exit one line "insncount total=N scalar=N vector=N vsetvl=N vmem=N emul_8th=N
  * emul_4th=N emul_half=N emul1=N emul2=N emul4=N emul8=N vtype_unknown=N" is written to
- * PATH (to stderr without outfile=).
+ * PATH (to stderr without outfile=), after one line "insncount-mark label=L total=N ..."
+ * (the same keys) per mark, in the order the marks were taken.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -303,23 +312,75 @@ static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
     }
 }
 
+/* Marks: see the header comment. lseek is syscall 62 on riscv64 (the generic table). */
+enum { NR_LSEEK = 62 };
+static const uint64_t MARK_MAGIC = 0x696E73636E74ull; /* "inscnt" */
+
+struct snapshot {
+    uint64_t label;
+    uint64_t counts[NCLASS];
+    uint64_t emul[NEMUL];
+    uint64_t vtype_unknown;
+};
+
+static GArray *marks; /* of struct snapshot */
+static GMutex marks_lock;
+
+static void take(struct snapshot *s, uint64_t label)
+{
+    s->label = label;
+    memcpy(s->counts, counts, sizeof counts);
+    memcpy(s->emul, emul_counts, sizeof emul_counts);
+    s->vtype_unknown = vtype_unknown;
+}
+
+static void on_syscall(qemu_plugin_id_t id, unsigned int vcpu_index, int64_t num, uint64_t a1,
+                       uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5, uint64_t a6,
+                       uint64_t a7, uint64_t a8)
+{
+    struct snapshot s;
+
+    if (num != NR_LSEEK || a1 != UINT64_MAX || a2 != MARK_MAGIC) {
+        return;
+    }
+    take(&s, a3);
+    g_mutex_lock(&marks_lock);
+    g_array_append_val(marks, s);
+    g_mutex_unlock(&marks_lock);
+}
+
+static void print(FILE *f, const char *head, const struct snapshot *s)
+{
+    int i;
+
+    fprintf(f, "%s total=%" PRIu64 " scalar=%" PRIu64 " vector=%" PRIu64 " vsetvl=%" PRIu64
+               " vmem=%" PRIu64,
+            head, s->counts[SCALAR] + s->counts[VECTOR], s->counts[SCALAR], s->counts[VECTOR],
+            s->counts[VSETVL], s->counts[VMEM]);
+    for (i = 0; i < NEMUL; i++) {
+        fprintf(f, " %s=%" PRIu64, emul_names[i], s->emul[i]);
+    }
+    fprintf(f, " vtype_unknown=%" PRIu64 "\n", s->vtype_unknown);
+}
+
 static void at_exit(qemu_plugin_id_t id, void *userdata)
 {
     FILE *f = outfile ? fopen(outfile, "w") : stderr;
-    int i;
+    struct snapshot end;
+    char head[64];
+    guint i;
 
     if (!f) {
         fprintf(stderr, "insncount: cannot write %s\n", outfile);
         return;
     }
-    fprintf(f, "insncount total=%" PRIu64 " scalar=%" PRIu64 " vector=%" PRIu64
-               " vsetvl=%" PRIu64 " vmem=%" PRIu64,
-            counts[SCALAR] + counts[VECTOR], counts[SCALAR], counts[VECTOR],
-            counts[VSETVL], counts[VMEM]);
-    for (i = 0; i < NEMUL; i++) {
-        fprintf(f, " %s=%" PRIu64, emul_names[i], emul_counts[i]);
+    for (i = 0; i < marks->len; i++) {
+        const struct snapshot *s = &g_array_index(marks, struct snapshot, i);
+        snprintf(head, sizeof head, "insncount-mark label=%" PRIu64, s->label);
+        print(f, head, s);
     }
-    fprintf(f, " vtype_unknown=%" PRIu64 "\n", vtype_unknown);
+    take(&end, 0);
+    print(f, "insncount", &end);
     if (f != stderr) {
         fclose(f);
     }
@@ -339,7 +400,9 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
             return -1;
         }
     }
+    marks = g_array_new(FALSE, FALSE, sizeof(struct snapshot));
     qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
+    qemu_plugin_register_vcpu_syscall_cb(id, on_syscall);
     qemu_plugin_register_atexit_cb(id, at_exit, NULL);
     return 0;
 }

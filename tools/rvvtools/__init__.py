@@ -63,11 +63,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 __all__ = [
+    "INSNCOUNT_MARK_MAGIC",
     "cache_dir",
     "cpu_string",
     "cross_sysroot",
     "guest_env",
     "parse_insncount",
+    "parse_insncount_marks",
     "plugin",
     "provision",
     "qemu7",
@@ -233,3 +235,22 @@ def parse_insncount(path: str | os.PathLike[str]) -> dict[str, int]:
     if missing:
         raise ValueError(f"{path}: insncount line lacks {missing}")
     return counts
+
+
+_INSNCOUNT_MARK = re.compile(r"^insncount-mark label=(\d+)((?: \w+=\d+)+)\s*$", re.MULTILINE)
+INSNCOUNT_MARK_MAGIC = 0x696E73636E74
+"""The offset of the plugin's mark call: ``os.lseek(-1, INSNCOUNT_MARK_MAGIC, label)``."""
+
+
+def parse_insncount_marks(path: str | os.PathLike[str]) -> list[tuple[int, dict[str, int]]]:
+    """The plugin's marks in ``path``, in the order the guest took them: a list of
+    ``(label, counts)`` with the counts keyed as :func:`parse_insncount`'s (counted from the
+    start of the run up to the mark's syscall)."""
+    marks = []
+    for match in _INSNCOUNT_MARK.finditer(Path(path).read_text()):
+        counts = {k: int(v) for k, v in (item.split("=") for item in match.group(2).split())}
+        missing = [k for k in INSNCOUNT_KEYS if k not in counts]
+        if missing:
+            raise ValueError(f"{path}: insncount mark {match.group(1)} lacks {missing}")
+        marks.append((int(match.group(1)), counts))
+    return marks
