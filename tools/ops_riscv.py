@@ -9,13 +9,14 @@ libtorch-dev (torch 2.6) of the Debian 13 riscv64 root, and rvv-kernels' pure-Py
 into ``--out``. ``test`` builds both, then for each ``--config VLEN[:zvfh]`` (default
 ``256:zvfh`` and ``128``: the SpacemiT K1's VLEN with its Zvfh, and the minimum VLEN
 without) installs them into a throw-away venv of the root's Python 3.13 and runs
-``packages/rvv-ops/tests`` there under QEMU 10, streaming pytest's output. Then
-rvv-attention (pure Python) is installed the same way with transformers and its
-dependencies (riscv64 wheels from PyPI, downloaded on the host: tokenizers, safetensors,
-regex and pydantic-core publish them; numpy and PyYAML come from the root) and
-``packages/rvv-attention/tests`` run in the first configuration, plus its capability test
-at VLEN 128 and 512 (``--no-attention`` skips all of this). Both provision what they need
-first (tools/provision.sh: clang-16, QEMU 10, the root).
+``packages/rvv-ops/tests`` there under QEMU 10. Then rvv-attention (pure Python) is
+installed the same way with transformers and its dependencies (riscv64 wheels from PyPI,
+downloaded on the host: tokenizers, safetensors, regex and pydantic-core publish them; numpy
+and PyYAML come from the root) and ``packages/rvv-attention/tests`` run in the first
+configuration, plus its capability test at VLEN 128 and 512 (``--no-attention`` skips all
+of this). These emulated runs go two at a time (``--jobs``, one per core), each printed
+whole when it ends; ``--jobs 1`` streams them one after the other. Both commands provision
+what they need first (tools/provision.sh: clang-16, QEMU 10, the root).
 
 Emulated wall time is not performance: ``import torch`` alone takes ~20-40 s.
 """
@@ -23,15 +24,17 @@ Emulated wall time is not performance: ``import torch`` alone takes ~20-40 s.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import os
 import shlex
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TextIO
 
 import rvvtools
 
@@ -117,6 +120,7 @@ def run_tests(
     extra_wheels: Sequence[Path] = (),
     lengths: str = "full",
     pytest_args: Sequence[str] = (),
+    out: TextIO | None = None,
 ) -> int:
     """Runs packages/rvv-ops/tests against `wheel` in the root's Python under QEMU 10.
 
@@ -124,7 +128,8 @@ def run_tests(
     `extra_wheels` are installed with the root's own pip into a fresh venv
     (``--system-site-packages``: torch, numpy and pytest come from the root), which is
     deleted afterwards. `lengths` picks the tests' row-length set (``quick`` or ``full``).
-    Returns pytest's exit code.
+    Everything is printed to `out` (default: this process's stdout). Returns pytest's exit
+    code.
     """
     root = rvvtools.riscv_root()
     qemu = rvvtools.qemu_cmd(vlen, zvfh, sysroot=root)
@@ -134,7 +139,7 @@ def run_tests(
         subprocess.run(
             [*python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
              "--no-cache-dir", str(wheel), *map(str, extra_wheels)],
-            env=env, check=True,
+            env=env, check=True, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
         test_env = {
             **env,
@@ -144,9 +149,12 @@ def run_tests(
             "RVV_OPS_EXPECT_ZVFH": "1" if zvfh else "0",
         }
         cmd = [*python, "-m", "pytest", str(OPS / "tests"), f"--rvv-ops-lengths={lengths}"]
-        print(f"+ {shlex.join(cmd + list(pytest_args))}", flush=True)
+        print(f"+ {shlex.join(cmd + list(pytest_args))}", file=out or sys.stdout, flush=True)
         # From the repository root, so that the root pyproject.toml's pytest settings apply.
-        return subprocess.run([*cmd, *pytest_args], env=test_env, cwd=REPO, check=False).returncode
+        return subprocess.run(
+            [*cmd, *pytest_args], env=test_env, cwd=REPO, check=False,
+            stdout=out, stderr=subprocess.STDOUT,
+        ).returncode  # fmt: skip
 
 
 def build_attention_wheel(out_dir: Path) -> Path:
@@ -182,13 +190,15 @@ def run_attention_tests(
     tests: Sequence[str] = (),
     pytest_args: Sequence[str] = (),
     doctor: bool = False,
+    out: TextIO | None = None,
 ) -> int:
     """Runs packages/rvv-attention/tests (or the given test files) in the root's Python.
 
     ``wheels`` (rvv-ops, rvv-kernels, rvv-attention) go into a fresh venv like
     :func:`run_tests`; with ``transformers_dir`` transformers is installed from there
     (no index: the root supplies numpy and PyYAML). With ``doctor`` the doctor's report
-    follows the tests. Returns pytest's exit code.
+    follows the tests. Everything is printed to `out` (default: stdout). Returns pytest's
+    exit code.
     """
     root = rvvtools.riscv_root()
     qemu = rvvtools.qemu_cmd(vlen, zvfh, sysroot=root)
@@ -196,7 +206,8 @@ def run_attention_tests(
     with tempfile.TemporaryDirectory(prefix="rvv-attention-venv-") as tmp:
         python = rvvtools.make_guest_venv(Path(tmp) / "venv", qemu, root)
         pip = [*python, "-m", "pip", "install", "--quiet", "--no-index", "--no-cache-dir"]
-        subprocess.run([*pip, "--no-deps", *map(str, wheels)], env=env, check=True)
+        to: dict[str, Any] = {"stdout": out, "stderr": subprocess.STDOUT}
+        subprocess.run([*pip, "--no-deps", *map(str, wheels)], env=env, check=True, **to)
         if transformers_dir is not None:
             start = time.monotonic()
             # --no-compile: byte-compiling all of transformers under emulation takes minutes;
@@ -204,9 +215,10 @@ def run_attention_tests(
             subprocess.run(
                 [*pip, "--no-compile", "--find-links", str(transformers_dir),
                  TRANSFORMERS_WHEELS[0]],
-                env=env, check=True,
+                env=env, check=True, **to,
             )  # fmt: skip
-            print(f"installed {TRANSFORMERS_WHEELS[0]} in {time.monotonic() - start:.0f} s")
+            took = time.monotonic() - start
+            print(f"installed {TRANSFORMERS_WHEELS[0]} in {took:.0f} s", file=out or sys.stdout)
         test_env = {
             **env,
             "RVV_ATTENTION_TEST_PYTHON": shlex.join(python),
@@ -215,11 +227,17 @@ def run_attention_tests(
         }
         paths = [str(ATTENTION / "tests" / t) for t in tests] or [str(ATTENTION / "tests")]
         cmd = [*python, "-m", "pytest", *paths]
-        print(f"+ {shlex.join(cmd + list(pytest_args))}", flush=True)
-        code = subprocess.run([*cmd, *pytest_args], env=test_env, cwd=REPO, check=False).returncode
+        print(f"+ {shlex.join(cmd + list(pytest_args))}", file=out or sys.stdout, flush=True)
+        code = subprocess.run(
+            [*cmd, *pytest_args], env=test_env, cwd=REPO, check=False, **to
+        ).returncode
         if doctor:
-            print("+ python -m rvv_attention (the doctor, on the emulated CPU)", flush=True)
-            subprocess.run([*python, "-m", "rvv_attention"], env=env, check=False)
+            print(
+                "+ python -m rvv_attention (the doctor, on the emulated CPU)",
+                file=out or sys.stdout,
+                flush=True,
+            )
+            subprocess.run([*python, "-m", "rvv_attention"], env=env, check=False, **to)
         return code
 
 
@@ -239,6 +257,11 @@ class Config:
 
     def __str__(self) -> str:
         return f"VLEN {self.vlen}" + (" + Zvfh" if self.zvfh else "")
+
+
+Job = tuple[str, Callable[[TextIO | None], int]]
+"""What a job tests, and a function that runs it, printing to the file it is given (None:
+stdout), and returns pytest's exit code."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -270,6 +293,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="skip rvv-attention's tests (and the transformers download)",
     )
+    test.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="emulated test runs at once (default: 2, or 1 on one core); 1 streams output",
+    )
     test.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args(argv)
 
@@ -281,55 +310,102 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     configs: list[Config] = args.config or [Config(256, True), Config(128, False)]
-    results: list[tuple[str, int, float]] = []
-    for config in [] if args.no_ops else configs:
-        print(f"=== rvv-ops tests, {config} ===", flush=True)
-        start = time.monotonic()
-        code = run_tests(
-            wheel,
-            config.vlen,
-            zvfh=config.zvfh,
-            extra_wheels=[kernels],
-            lengths=args.lengths,
-            pytest_args=args.pytest_args,
-        )
-        results.append((f"rvv-ops, {config}", code, time.monotonic() - start))
+
+    def ops_job(c: Config) -> Job:
+        def job(out: TextIO | None) -> int:
+            return run_tests(
+                wheel,
+                c.vlen,
+                zvfh=c.zvfh,
+                extra_wheels=[kernels],
+                lengths=args.lengths,
+                pytest_args=args.pytest_args,
+                out=out,
+            )
+
+        return f"rvv-ops tests, {c}", job
+
+    jobs = [ops_job(c) for c in ([] if args.no_ops else configs)]
     if not args.no_attention:
-        results += _attention(args, wheel, kernels, configs[0])
+        jobs += _attention(args, wheel, kernels, configs[0])
+    results = run_jobs(jobs, args.jobs)
     for what, code, seconds in results:
         status = "passed" if code == 0 else f"FAILED (pytest exit {code})"
         print(f"under QEMU, {what}: {status} in {seconds:.0f} s")
     return max((code for _, code, _ in results), default=0)
 
 
+def run_jobs(jobs: Sequence[Job], workers: int) -> list[tuple[str, int, float]]:
+    """Runs `jobs` (each an emulated Python: single-threaded, so one per core pays) with
+    `workers` at a time; returns (what, exit code, seconds) in the jobs' order.
+
+    One worker streams each job's output as it comes. With more, each job writes to a
+    file of its own, printed whole when the job ends (so the logs do not interleave).
+    """
+
+    def timed(job: Job, out: TextIO | None) -> tuple[str, int, float]:
+        start = time.monotonic()
+        code = job[1](out)
+        return job[0], code, time.monotonic() - start
+
+    if workers <= 1 or len(jobs) <= 1:
+        results = []
+        for job in jobs:
+            print(f"=== {job[0]} ===", flush=True)
+            results.append(timed(job, None))
+        return results
+
+    def logged(job: Job, log: Path) -> tuple[str, int, float]:
+        with log.open("w") as out:
+            try:
+                return timed(job, out)
+            except Exception as e:  # reported like a failed run, with why
+                print(f"{type(e).__name__}: {e}", file=out)
+                return job[0], 1, 0.0
+
+    with tempfile.TemporaryDirectory(prefix="ops-riscv-logs-") as tmp:
+        logs = [Path(tmp) / f"job{i}.log" for i in range(len(jobs))]
+        print(f"{len(jobs)} jobs, {workers} at a time; each one's output follows its end")
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(logged, job, log) for job, log in zip(jobs, logs, strict=True)]
+            index = {future: i for i, future in enumerate(futures)}
+            for future in concurrent.futures.as_completed(futures):
+                what, code, seconds = future.result()
+                print(f"=== {what} (exit {code}, {seconds:.0f} s) ===", flush=True)
+                print(logs[index[future]].read_text(), end="", flush=True)
+        return [future.result() for future in futures]
+
+
 def _attention(
     args: argparse.Namespace, ops_wheel: Path, kernels_wheel: Path, full: Config
-) -> list[tuple[str, int, float]]:
+) -> list[Job]:
     """rvv-attention's tests at `full`, then its capability test at VLEN 128 and 512."""
     wheels = [ops_wheel, kernels_wheel, build_attention_wheel(args.out)]
     transformers_dir, why = download_transformers(args.out)
     if transformers_dir is None:
         # The transformers tests then skip with this reason (and say so in pytest's summary).
         print(f"WARNING: transformers not installable under emulation: {why}", flush=True)
-    results: list[tuple[str, int, float]] = []
     caps_only = ("test_ra_capabilities.py",)
     runs: list[tuple[Config, Path | None, tuple[str, ...]]] = [(full, transformers_dir, ())]
     runs += [(Config(v, z), None, caps_only) for v, z in ((128, False), (512, True))]
-    for config, tdir, tests in runs:
-        what = f"rvv-attention{'' if not tests else ' capabilities'}, {config}"
-        print(f"=== {what} ===", flush=True)
-        start = time.monotonic()
-        code = run_attention_tests(
-            wheels,
-            config.vlen,
-            zvfh=config.zvfh,
-            transformers_dir=tdir,
-            tests=tests,
-            pytest_args=args.pytest_args,
-            doctor=not tests,
-        )
-        results.append((what, code, time.monotonic() - start))
-    return results
+
+    def attention_job(c: Config, tdir: Path | None, tests: tuple[str, ...]) -> Job:
+        def job(out: TextIO | None) -> int:
+            return run_attention_tests(
+                wheels,
+                c.vlen,
+                zvfh=c.zvfh,
+                transformers_dir=tdir,
+                tests=tests,
+                pytest_args=args.pytest_args,
+                doctor=not tests,
+                out=out,
+            )
+
+        return f"rvv-attention{'' if not tests else ' capabilities'}, {c}", job
+
+    jobs = [attention_job(*run) for run in runs]
+    return jobs
 
 
 if __name__ == "__main__":

@@ -1,3 +1,4 @@
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -26,10 +27,13 @@ std::string fmt(const char* format, ...) {
 
 }  // namespace rvvk_test
 
-// Usage: rvvk_tests [substring-filter]
+// Usage: [RVVK_TEST_TIMES=1] [RVVK_TEST_VARIANTS=v1,v2] rvvk_tests [substring-filter]
 int main(int argc, char** argv) {
   using namespace rvvk_test;
   const char* filter = argc > 1 ? argv[1] : "";
+  // RVVK_TEST_TIMES=1: one "time [variant] test: seconds" line per test run.
+  const char* times_env = std::getenv("RVVK_TEST_TIMES");
+  const bool times = times_env != nullptr && std::strcmp(times_env, "1") == 0;
   const rvvk::CpuInfo cpu = rvvk::cpu_info();
   std::printf(
       "compiled variants: %s; default: %s; cpu: v=%d vlen=%u zvfh=%d zvfhmin=%d avx2=%d "
@@ -41,9 +45,30 @@ int main(int argc, char** argv) {
     return 1;
   }
   int passed = 0, failed = 0;
-  std::stringstream variants(rvvk::compiled_variants());
+  // RVVK_TEST_VARIANTS=a,b: test only these variants, each of which must be compiled and
+  // runnable here (a run whose list names one that is not fails instead of skipping it).
+  const char* only_env = std::getenv("RVVK_TEST_VARIANTS");
+  const std::string only = only_env != nullptr ? only_env : "";
+  const std::string compiled = rvvk::compiled_variants();
+  auto listed = [](const std::string& list, const std::string& v) {
+    return ("," + list + ",").find("," + v + ",") != std::string::npos;
+  };
+  if (!only.empty()) {
+    std::stringstream wanted(only);
+    std::string v;
+    while (std::getline(wanted, v, ',')) {
+      if (!listed(compiled, v) || !rvvk::variant_supported(v.c_str())) {
+        std::printf("FAIL: RVVK_TEST_VARIANTS names %s, which is not %s here\n", v.c_str(),
+                    listed(compiled, v) ? "runnable" : "compiled");
+        ++failed;
+      }
+    }
+    std::printf("variants tested (RVVK_TEST_VARIANTS): %s\n", only.c_str());
+  }
+  std::stringstream variants(compiled);
   std::string variant;
   while (std::getline(variants, variant, ',')) {
+    if (!only.empty() && !listed(only, variant)) continue;
     if (!rvvk::variant_supported(variant.c_str())) {
       std::printf("variant %s: not runnable on this CPU\n", variant.c_str());
       continue;
@@ -60,7 +85,12 @@ int main(int argc, char** argv) {
                             : variant.rfind("x86_", 0) == 0              ? 512u
                                                                          : cpu.vlen_bits;
       Context ctx{variant, vlen};
+      const auto start = std::chrono::steady_clock::now();
       fn(ctx);
+      if (times) {
+        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+        std::printf("time [%s] %s: %.2f s\n", variant.c_str(), name.c_str(), took.count());
+      }
       if (ctx.failures == 0) {
         ++passed;
       } else {
