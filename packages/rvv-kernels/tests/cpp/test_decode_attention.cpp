@@ -1,6 +1,7 @@
 // Decode attention against a double-precision reference: head sizes, GQA
 // ratios (including 7 and MQA), context lengths 0..4097, mixed batches over
-// shuffled cache rows, logit cap, sliding window, sinks, splits, every dtype.
+// shuffled cache rows, logit cap, sliding window, sinks, splits, every dtype;
+// and the softmax's exp read back through the kernel over its whole range.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -226,4 +227,72 @@ RVVK_TEST(decode_attention_features) {
 
 RVVK_TEST(decode_attention_mla_shape) {
   run_case(ctx, Case{16, 1, 576, 512, {1, 300}, DType::kBF16, DType::kBF16, 0, 0, false, 4}, 400);
+}
+
+RVVK_TEST(decode_attention_softmax_exp_range) {
+  // The softmax's exp over its whole range, as for extend: each head sees three keys with
+  // scores 0, -x and 0 and value rows e0, e1 and e2, so output element 1 is
+  // exp(-x) / (2 + exp(-x)) and exp's relative error shows in it directly. x from 0 to 100
+  // in steps of 1/16 plus points around the cut-off (x > 87.33654: exactly 0). Many heads of
+  // one KV head and 3 heads; one split, so the keys share one softmax block.
+  constexpr std::int64_t d = 16;
+  std::vector<double> xs;
+  for (int i = 0; i <= 1600; ++i) xs.push_back(i / 16.0);
+  for (double x : {87.33, 87.3365, 87.337, 87.5, 87.7, 88.0, 1e4, 1e30}) xs.push_back(x);
+  std::vector<float> cache_k(3 * d, 0.0f), cache_v(3 * d, 0.0f);
+  cache_k[0 * d + 0] = cache_v[0 * d + 0] = 1.0f;  // row 0: key e0, value e0
+  cache_k[1 * d + 1] = cache_v[1 * d + 1] = 1.0f;  // row 1: key e1, value e1
+  cache_k[2 * d + 0] = cache_v[2 * d + 2] = 1.0f;  // row 2: key e0, value e2
+  const std::int64_t r2t[3] = {0, 1, 2}, pool[1] = {0}, lens[1] = {3};
+  for (std::int64_t heads : {48, 3}) {
+    for (std::size_t x0 = 0; x0 < xs.size(); x0 += static_cast<std::size_t>(heads)) {
+      std::vector<float> q(static_cast<std::size_t>(heads * d), 0.0f);
+      std::vector<float> o(static_cast<std::size_t>(heads * d), -1.0f);
+      std::vector<float> partial(static_cast<std::size_t>(heads * (d + 1)), NAN);
+      for (std::int64_t h = 0; h < heads; ++h)
+        q[static_cast<std::size_t>(h * d + 1)] =
+            -static_cast<float>(xs[std::min(xs.size() - 1, x0 + static_cast<std::size_t>(h))]);
+      rvvk::DecodeAttentionArgs a;
+      a.batch = 1;
+      a.num_heads = heads;
+      a.num_kv_heads = 1;
+      a.head_dim = a.head_dim_v = d;
+      a.q = q.data();
+      a.q_stride_b = heads * d;
+      a.q_stride_h = d;
+      a.cache.k = cache_k.data();
+      a.cache.v = cache_v.data();
+      a.cache.k_stride_t = a.cache.k_stride_h = a.cache.v_stride_t = a.cache.v_stride_h = d;
+      a.cache.req_to_token = r2t;
+      a.cache.req_to_token_int64 = true;
+      a.cache.req_to_token_stride = 3;
+      a.req_pool_indices = pool;
+      a.seq_lens = lens;
+      a.o = o.data();
+      a.o_stride_b = heads * d;
+      a.o_stride_h = d;
+      a.partial = partial.data();
+      a.sm_scale = 1.0f;
+      rvvk::decode_attention_partial(a, 0, rvvk::decode_attention_partial_tasks(a));
+      rvvk::decode_attention_merge(a, 0, rvvk::decode_attention_merge_tasks(a));
+      for (std::int64_t h = 0; h < heads && x0 + static_cast<std::size_t>(h) < xs.size(); ++h) {
+        const double x = xs[x0 + static_cast<std::size_t>(h)], e = std::exp(-x);
+        const float* out = o.data() + h * d;
+        const double want = e / (2.0 + e), got = out[1];
+        if (static_cast<float>(-x) < -87.33654f) {
+          CHECK_MSG(got == 0.0, "heads=%lld x=%.9g: got %.9g want exactly 0", (long long)heads, x,
+                    got);
+        } else {
+          // exp's polynomial (~1e-7), the fp32 sum and division; an absolute floor where
+          // the output itself is subnormal (below 1.2e-38, x > 86.6).
+          CHECK_MSG(std::fabs(got - want) <= want * 3e-7 + 1e-43,
+                    "heads=%lld x=%.9g: got %.9g want %.9g (rel %.3g)", (long long)heads, x, got,
+                    want, std::fabs(got - want) / want);
+        }
+        for (std::int64_t i : {0, 2})
+          CHECK_MSG(std::fabs(out[i] - 1.0 / (2.0 + e)) <= 1e-6, "heads=%lld x=%.9g i=%lld: %.9g",
+                    (long long)heads, x, (long long)i, static_cast<double>(out[i]));
+      }
+    }
+  }
 }
