@@ -473,7 +473,10 @@ def _section(
     if data is None and number in old:
         body = old[number]
         note = f"{KEPT} this report's run had no `build/bench/{name}`._"
-        return [body[0], "", note, *body[1:]]
+        rest = body[1:]
+        while rest and not rest[0].strip():  # the blank lines the last keeping put there
+            rest = rest[1:]
+        return [body[0], "", note, "", *rest]
     lines: list[str] = make(plt, data, img)
     return lines
 
