@@ -137,12 +137,22 @@ def e2e_section(plt: Any, records: list[dict[str, Any]] | None, img: Path) -> li
     ax.set_ylabel("instructions per decoded token (log)")
     ax.legend(fontsize=8)
     _save(plt, fig, img / "e2e_insns_per_token.png")
+    first = records[0]
+    lo, hi = first.get("decoded", ["?", "?"])
     out += [
+        f"Shape: {first.get('shape', '?')}. Instructions per token are counted between the "
+        f"marks the guest sets after decoded tokens {lo} and {hi} of one run (start-up, "
+        "weights and the first call of every op left out), under QEMU 7.2 with the insncount "
+        "plugin; estimated cycles use the DLEN-128 in-order model of "
+        "`tools/bench_e2e_riscv.py`. Tokens: how many greedy tokens equal torch-native's "
+        "(near-ties flip under different rounding, W8A8 also quantises the weights; every "
+        "later token follows a flipped one).",
+        "",
         "![instructions per token](performance/e2e_insns_per_token.png)",
         "",
         "| mode | VLEN | insns / token | est. cycles / token | x torch-native (insns) "
-        "| x torch-native (est. cycles) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| x torch-native (est. cycles) | tokens vs torch-native |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in sorted(records, key=lambda r: (r["mode"], r["vlen"])):
         ratio = r.get("ratio_vs_torch_native")
@@ -152,7 +162,8 @@ def e2e_section(plt: Any, records: list[dict[str, Any]] | None, img: Path) -> li
             f"| {r['mode']} | {r['vlen']} | {r['insns_per_token']:,.0f} | "
             f"{'-' if cycles is None else f'{cycles:,.0f}'} | "
             f"{'-' if ratio is None else f'{ratio:.2f}'} | "
-            f"{'-' if cratio is None else f'{cratio:.2f}'} |"
+            f"{'-' if cratio is None else f'{cratio:.2f}'} | "
+            f"{r.get('tokens_agree_with_torch_native', '-')} |"
         )
     out.append("")
     return out
