@@ -9,6 +9,7 @@
 #include <numeric>
 #include <vector>
 
+#include "exp_range.h"
 #include "harness.h"
 #include "reference.h"
 
@@ -236,9 +237,7 @@ RVVK_TEST(decode_attention_softmax_exp_range) {
   // in steps of 1/16 plus points around the cut-off (x > 87.33654: exactly 0). Many heads of
   // one KV head and 3 heads; one split, so the keys share one softmax block.
   constexpr std::int64_t d = 16;
-  std::vector<double> xs;
-  for (int i = 0; i <= 1600; ++i) xs.push_back(i / 16.0);
-  for (double x : {87.33, 87.3365, 87.337, 87.5, 87.7, 88.0, 1e4, 1e30}) xs.push_back(x);
+  const std::vector<double> xs = rvvk_test::exp_range_points();
   std::vector<float> cache_k(3 * d, 0.0f), cache_v(3 * d, 0.0f);
   cache_k[0 * d + 0] = cache_v[0 * d + 0] = 1.0f;  // row 0: key e0, value e0
   cache_k[1 * d + 1] = cache_v[1 * d + 1] = 1.0f;  // row 1: key e1, value e1
@@ -276,22 +275,8 @@ RVVK_TEST(decode_attention_softmax_exp_range) {
       rvvk::decode_attention_partial(a, 0, rvvk::decode_attention_partial_tasks(a));
       rvvk::decode_attention_merge(a, 0, rvvk::decode_attention_merge_tasks(a));
       for (std::int64_t h = 0; h < heads && x0 + static_cast<std::size_t>(h) < xs.size(); ++h) {
-        const double x = xs[x0 + static_cast<std::size_t>(h)], e = std::exp(-x);
-        const float* out = o.data() + h * d;
-        const double want = e / (2.0 + e), got = out[1];
-        if (static_cast<float>(-x) < -87.33654f) {
-          CHECK_MSG(got == 0.0, "heads=%lld x=%.9g: got %.9g want exactly 0", (long long)heads, x,
-                    got);
-        } else {
-          // exp's polynomial (~1e-7), the fp32 sum and division; an absolute floor where
-          // the output itself is subnormal (below 1.2e-38, x > 86.6).
-          CHECK_MSG(std::fabs(got - want) <= want * 3e-7 + 1e-43,
-                    "heads=%lld x=%.9g: got %.9g want %.9g (rel %.3g)", (long long)heads, x, got,
-                    want, std::fabs(got - want) / want);
-        }
-        for (std::int64_t i : {0, 2})
-          CHECK_MSG(std::fabs(out[i] - 1.0 / (2.0 + e)) <= 1e-6, "heads=%lld x=%.9g i=%lld: %.9g",
-                    (long long)heads, x, (long long)i, static_cast<double>(out[i]));
+        rvvk_test::check_exp_range_row(ctx, static_cast<long long>(heads),
+                                       xs[x0 + static_cast<std::size_t>(h)], o.data() + h * d);
       }
     }
   }

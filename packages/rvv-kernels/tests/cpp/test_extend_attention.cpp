@@ -14,6 +14,7 @@
 #include <numeric>
 #include <vector>
 
+#include "exp_range.h"
 #include "harness.h"
 #include "reference.h"
 
@@ -455,9 +456,7 @@ RVVK_TEST(extend_attention_softmax_exp_range) {
   // exp(-x) is below fp32's normal range (x > 87.33654) the kernels give exactly 0.
   // Many heads of one KV head (q transposed) and 3 heads (dot products).
   constexpr std::int64_t d = 16;
-  std::vector<double> xs;
-  for (int i = 0; i <= 1600; ++i) xs.push_back(i / 16.0);
-  for (double x : {87.33, 87.3365, 87.337, 87.5, 87.7, 88.0, 1e4, 1e30}) xs.push_back(x);
+  const std::vector<double> xs = rvvk_test::exp_range_points();
   for (std::int64_t heads : {48, 3}) {
     for (std::size_t x0 = 0; x0 < xs.size(); x0 += static_cast<std::size_t>(heads)) {
       std::vector<float> cache_k(3 * d, 0.0f), cache_v(3 * d, 0.0f);
@@ -504,22 +503,8 @@ RVVK_TEST(extend_attention_softmax_exp_range) {
       a.sm_scale = 1.0f;
       rvvk::extend_attention(a, 0, rvvk::extend_attention_tasks(a));
       for (std::int64_t h = 0; h < heads && x0 + static_cast<std::size_t>(h) < xs.size(); ++h) {
-        const double x = xs[x0 + static_cast<std::size_t>(h)], e = std::exp(-x);
-        const float* out = o.data() + h * d;
-        const double want = e / (2.0 + e), got = out[1];
-        if (static_cast<float>(-x) < -87.33654f) {
-          CHECK_MSG(got == 0.0, "heads=%lld x=%.9g: got %.9g want exactly 0", (long long)heads, x,
-                    got);
-        } else {
-          // exp's polynomial (~1e-7), the fp32 sum and division; an absolute floor where
-          // the output itself is subnormal (below 1.2e-38, x > 86.6).
-          CHECK_MSG(std::fabs(got - want) <= want * 3e-7 + 1e-43,
-                    "heads=%lld x=%.9g: got %.9g want %.9g (rel %.3g)", (long long)heads, x, got,
-                    want, std::fabs(got - want) / want);
-        }
-        for (std::int64_t i : {0, 2})
-          CHECK_MSG(std::fabs(out[i] - 1.0 / (2.0 + e)) <= 1e-6, "heads=%lld x=%.9g i=%lld: %.9g",
-                    (long long)heads, x, (long long)i, static_cast<double>(out[i]));
+        rvvk_test::check_exp_range_row(ctx, static_cast<long long>(heads),
+                                       xs[x0 + static_cast<std::size_t>(h)], o.data() + h * d);
       }
     }
   }
