@@ -28,12 +28,12 @@ plugin's counts after every token; instructions per decode token are the counts 
 marks after tokens ``lo`` and ``hi`` (2 and 6; ``--quick``: 1 and 3), divided by
 ``hi - lo``, so start-up, weight generation and packing, the random prompt and the first
 call of every op (token 1) are left out. (Whole-run counts of identical runs differ by up to
-~1.5 M instructions - addresses and hashing vary - which is a third of a quick token: an
+~1.5 M instructions - addresses and hashing vary - more than a quick token (~1 M): an
 earlier version that subtracted two runs printed negative counts.) The section between two
-marks is checked to be deterministic: ``--quick`` runs every mode twice and requires equal
-per-token counts. torch-native retires no vector instruction (Debian's torch 2.6 is built
-for rv64gc; the script checks this), so it is counted at the first VLEN only and reused for
-the others unless ``--native-all-vlens``.
+marks is checked to repeat: ``--quick`` runs every mode twice and requires positive
+per-token counts that agree within DETERMINISM (1%; seen: 0.03%). torch-native retires no
+vector instruction (Debian's torch 2.6 is built for rv64gc; the script checks this), so it is
+counted at the first VLEN only and reused for the others unless ``--native-all-vlens``.
 
 Cycle model (an estimate for an in-order, dual-issue core with DLEN = 128 bits such as the
 SpacemiT X60; not a measurement): a scalar instruction costs 1/2 cycle, ``vsetvl*`` 1 cycle,

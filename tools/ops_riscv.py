@@ -404,8 +404,7 @@ def _attention(
 
         return f"rvv-attention{'' if not tests else ' capabilities'}, {c}", job
 
-    jobs = [attention_job(*run) for run in runs]
-    return jobs
+    return [attention_job(*run) for run in runs]
 
 
 if __name__ == "__main__":
