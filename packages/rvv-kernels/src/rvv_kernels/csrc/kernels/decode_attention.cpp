@@ -8,7 +8,15 @@
 // and AVX2) the two products have their own forms (namespace x86 below): on
 // AVX-512 each K row converted once for all the group's heads and each V row
 // once per 8 heads, on AVX2 both once per 6 heads, bf16 rows in pairs (see
-// kPairs).
+// kPairs). Which of the two is faster on an AVX-512 CPU depends on the CPU
+// (scratch program, B16 / context 8192, bf16, two threads, splits handed out
+// dynamically, alternating runs): on a 2-core Zen 4 (512-bit FMAs as two
+// 256-bit halves) the AVX-512 form took 9.9-10.0 ms against the AVX2 form's
+// 7.7-8.3 over consecutive rows and 10.7-11.4 against 8.8-11.7 over random
+// ones; on a 2-core AVX-512/AMX Xeon 12.5-13.6 against 10.4-11.9 over
+// consecutive rows but 20.1-21.8 against 27.0-28.3 over random ones. The
+// AVX-512 variants keep the AVX-512 form; the AVX2 form's K prefetch distance
+// (kAhead 16, 32, 48) did not close the random-row gap on the Xeon.
 // Stage 2 merges the splits with their log-sum-exp and the optional sink.
 #include <algorithm>
 #include <cmath>
