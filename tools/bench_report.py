@@ -360,9 +360,16 @@ We have no RISC-V board. Every number here is a proxy:
   last full run 2026-11-30 11:01: decode 7.3x torch_native at batch 16 / context 2048,
   extend 1.9x at batch 4 / context 2048, decode bandwidth fraction 0.23 / 0.35 / 0.41 at
   context 8192) and on an AMD EPYC (Zen 3) with AVX2 only (kernels `x86_avx2`, from
-  2026-11-30: see section 3). Before the `x86_avx2` variant existed, the EPYC ran the
-  kernels' portable C++ path: extend 0.17-0.19x torch_native, i.e. 5x slower, decode
-  2.0-2.2x (`--quick`, batch 1 and 4 / context 512); with it, extend 1.3-1.7x and decode
+  2026-11-30; full run 2026-12-01 02:02: decode 18.6x at batch 16 / context 2048, extend
+  3.2x at batch 4 / context 2048, bandwidth fraction 0.23-0.31), and again on an AVX-512 /
+  AMX Xeon on 2026-12-02 (section 3; the full run before it, 12 minutes earlier on the same
+  machine and code: decode 4.3x, extend 2.3x, bandwidth fraction 0.13-0.27): there
+  torch_native's own decode is 4-6x faster than on the EPYC (torch's CPU capability
+  AVX512; e.g. batch 16 / context 8192 over random rows 100 against 458 ms), so the
+  kernels' ratios are far lower although their own times are similar or better. Before
+  the `x86_avx2` variant existed, the EPYC ran the kernels' portable C++ path: extend
+  0.17-0.19x torch_native, i.e. 5x slower, decode 2.0-2.2x (`--quick`, batch 1 and 4 /
+  context 512); with it, extend 1.3-1.7x and decode
   4.1-7.8x on the same quick cases, one run after the other (single thread, rvvk_bench:
   decode 11x and extend 7x faster than the portable path). torch_native's own decode is
   slower on the EPYC, which is most of why decode's ratio there is higher.
@@ -447,6 +454,27 @@ We have no RISC-V board. Every number here is a proxy:
   varies between runs on these shared VMs (14.6 to 25.5 GB/s across the recorded runs).
   None of this carries over to RISC-V, where the matrix products are the RVV code measured
   in sections 1 and 2.
+- **Decode on the Xeon (2026-12-02).** rvv-ops now hands the decode splits to threads one
+  at a time as they take them (an atomic counter inside at::parallel_for) instead of in
+  two static halves (on a 2-core Zen 4, batch 16 / context 8192 over random rows: 11.2-12.2
+  against 13.3-14.9 ms in a scratch program). Measured alone (a script calling
+  rvv_attention.decode, 960 MiB written before each call, 2 MiB pages), batch 16 / context
+  8192 takes 13.0-14.2 ms over consecutive rows and 14.3-14.7 over random ones, about 0.4 of
+  the copy bandwidth; inside the bench, where torch_native and the fallback run between
+  its calls, 15.5-22 ms. After 1.5 s of other work (a matmul loop, or allocations) the same
+  call took 16.7-17.9 ms while a copy slowed only ~10% (19.6 -> 17.8 GB/s): the kernel is
+  partly compute-bound and feels the host's state after load. With its rows in cache
+  (batch 1 / context 2048, one thread) the AVX-512 form costs 52-54 ns per key and KV
+  head, ~18% of the fp32 FMA peak (6.1-6.5 G zmm FMAs/s per core measured); perf samples:
+  q.k 58%, P.V 27%, softmax 7%. Tried on this Xeon and not kept: VDPBF16PS (3.0 G/s of 32
+  multiply-adds each, no more than fp32 FMAs here, so bf16 dot products would only save
+  the conversions), K rows converted in pair order (2-3% faster in cache), no software
+  prefetch (15-25% slower), prefetcht0 (~5% slower) or prefetchnta (~2x slower) instead of
+  prefetcht1, blocks of 128 or 256 keys (same or slower). The AVX-512 and AVX2 forms of
+  stage 1 rank differently by CPU: on this Xeon, through the op, the same over consecutive
+  rows (13.4-14.2 against 13.0-13.4 ms) and faster over random ones (14.3-14.7 against
+  16.4-17.3); on a 2-core Zen 4 (512-bit FMAs as two halves) ~20% slower over consecutive
+  rows. The AVX-512 variants keep the AVX-512 form.
 - A board result also depends on its memory system, thread count and clock, none of
   which these proxies contain.
 """
