@@ -264,6 +264,23 @@ Io check_io(const char* op, const IoNames& n, const at::Tensor& q, const at::Ten
 // --------------------------------------------------------------------------------------
 // Decode
 
+// Runs fn(begin, end) over [0, tasks) in chunks of `chunk` tasks, handed out to
+// at::parallel_for's threads one chunk at a time as they take them (not in equal static
+// ranges: a thread slowed by other work, or by its rows' place in memory, takes fewer).
+template <class Fn>
+void run_as_taken(std::int64_t tasks, std::int64_t chunk, Fn&& fn) {
+  const std::int64_t chunks = (tasks + chunk - 1) / chunk;
+  const std::int64_t threads = std::min<std::int64_t>(at::get_num_threads(), chunks);
+  std::atomic<std::int64_t> next{0};
+  at::parallel_for(0, threads, 1, [&](std::int64_t, std::int64_t) {
+    for (;;) {
+      const std::int64_t begin = next.fetch_add(chunk);
+      if (begin >= tasks) break;
+      fn(begin, std::min(tasks, begin + chunk));
+    }
+  });
+}
+
 void decode_impl(const char* op, const at::Tensor& query, const at::Tensor& k_cache,
                  const at::Tensor& v_cache, double k_scale, double v_scale,
                  const at::Tensor* k_scales, const at::Tensor* v_scales,
@@ -391,20 +408,13 @@ void decode_impl(const char* op, const at::Tensor& query, const at::Tensor& k_ca
   a.window = window;
   a.sinks = sinks32 ? sinks32->const_data_ptr<float>() : nullptr;
 
-  // Split tasks handed out one at a time as threads take them, not in equal static ranges:
-  // a thread slowed by other work (or by its rows' place in memory) takes fewer. Measured on
-  // a 2-core Zen 4, B16 / context 8192 over random rows: 11.2-12.2 ms against 13.3-14.9 with
-  // two static halves (the same kernel, scratch program, alternating runs).
-  const std::int64_t tasks = rvvk::decode_attention_partial_tasks(a);
-  const std::int64_t threads = std::min<std::int64_t>(at::get_num_threads(), tasks);
-  std::atomic<std::int64_t> next{0};
-  at::parallel_for(0, threads, 1, [&](std::int64_t, std::int64_t) {
-    for (;;) {
-      const std::int64_t t = next.fetch_add(1);
-      if (t >= tasks) break;
-      rvvk::decode_attention_partial(a, t, t + 1);
-    }
-  });
+  // Split tasks handed out one at a time as threads take them. Measured on a 2-core Zen 4,
+  // B16 / context 8192 over random rows: 11.2-12.2 ms against 13.3-14.9 with two static
+  // halves (the same kernel, scratch program, alternating runs).
+  run_as_taken(rvvk::decode_attention_partial_tasks(a), 1,
+               [&](std::int64_t begin, std::int64_t end) {
+                 rvvk::decode_attention_partial(a, begin, end);
+               });
   // A merge task reads num_splits x (head_dim_v + 1) floats: group small ones.
   const std::int64_t merge_grain = std::max<std::int64_t>(1, 8192 / (splits * (c.head_dim_v + 1)));
   at::parallel_for(0, rvvk::decode_attention_merge_tasks(a), merge_grain,
@@ -625,13 +635,8 @@ void extend_impl(const char* op, const at::Tensor& q_extend,
   const std::int64_t threads = at::get_num_threads();
   const std::int64_t per_head = kv_heads > 0 ? std::max<std::int64_t>(1, tasks / kv_heads) : 1;
   const std::int64_t chunk = std::clamp<std::int64_t>(tasks / (2 * threads), 1, per_head);
-  std::atomic<std::int64_t> next{0};
-  at::parallel_for(0, threads, 1, [&](std::int64_t, std::int64_t) {
-    for (;;) {
-      const std::int64_t begin = next.fetch_add(chunk);
-      if (begin >= tasks) break;
-      rvvk::extend_attention(a, begin, std::min(tasks, begin + chunk));
-    }
+  run_as_taken(tasks, chunk, [&](std::int64_t begin, std::int64_t end) {
+    rvvk::extend_attention(a, begin, end);
   });
 }
 
