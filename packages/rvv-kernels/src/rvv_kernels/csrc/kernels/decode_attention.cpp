@@ -14,7 +14,10 @@
 // 256-bit halves) the AVX-512 form took 9.9-10.0 ms against the AVX2 form's
 // 7.7-8.3 over consecutive rows and 10.7-11.4 against 8.8-11.7 over random
 // ones; on a 2-core AVX-512/AMX Xeon 12.5-13.6 against 10.4-11.9 over
-// consecutive rows but 20.1-21.8 against 27.0-28.3 over random ones. The
+// consecutive rows but 20.1-21.8 against 27.0-28.3 over random ones (rows
+// 7919 apart on 4 KiB pages, no cache flush between calls; through the op, 2
+// MiB pages, 960 MiB written before each call: 13.4-14.2 against 13.0-13.4
+// and 14.3-14.7 against 16.4-17.3). The
 // AVX-512 variants keep the AVX-512 form; the AVX2 form's K prefetch distance
 // (kAhead 16, 32, 48) did not close the random-row gap on the Xeon.
 // Stage 2 merges the splits with their log-sum-exp and the optional sink.
