@@ -67,6 +67,7 @@ std::string build_info() {
     << ", \"zvfh\": " << json_bool(cpu.zvfh) << ", \"zvfhmin\": " << json_bool(cpu.zvfhmin)
     << ", \"zvfbfmin\": " << json_bool(cpu.zvfbfmin) << ", \"avx2\": " << json_bool(cpu.avx2)
     << ", \"avx512\": " << json_bool(cpu.avx512)
+    << ", \"avx512_bf16\": " << json_bool(cpu.avx512_bf16)
     << ", \"amx_bf16\": " << json_bool(cpu.amx_bf16) << ", \"source\": " << json_string(cpu.source) << "}}";
   return s.str();
 }

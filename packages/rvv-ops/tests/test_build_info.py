@@ -12,7 +12,9 @@ import pytest
 import rvv_ops
 import torch
 
-KNOWN_VARIANTS = ("portable", "rvv", "rvv_zvfh", "x86_avx2", "x86_avx512", "x86_amx")
+KNOWN_VARIANTS = (
+    "portable", "rvv", "rvv_zvfh", "x86_avx2", "x86_avx512", "x86_avx512_bf16", "x86_amx"
+)  # fmt: skip
 
 
 def test_build_info_fields() -> None:
@@ -28,7 +30,7 @@ def test_build_info_fields() -> None:
     assert info["active_variant"] == supported[-1]  # the most capable one runs by default
     assert info["variant_error"] == ""
     cpu = info["cpu"]
-    keys = "has_v vlen zvfh zvfhmin zvfbfmin avx2 avx512 amx_bf16 source"
+    keys = "has_v vlen zvfh zvfhmin zvfbfmin avx2 avx512 avx512_bf16 amx_bf16 source"
     assert set(cpu) == set(keys.split())
     if info["target_arch"] == "riscv64":
         assert compiled == ["portable", "rvv", "rvv_zvfh"]
@@ -36,16 +38,18 @@ def test_build_info_fields() -> None:
         assert ("rvv" in supported) == cpu["has_v"]
         assert ("rvv_zvfh" in supported) == (cpu["has_v"] and cpu["zvfh"])
     elif info["target_arch"] == "x86_64":
-        assert compiled == ["portable", "x86_avx2", "x86_avx512", "x86_amx"]
+        assert compiled == ["portable", "x86_avx2", "x86_avx512", "x86_avx512_bf16", "x86_amx"]
         assert cpu["source"] == "cpuid" and not cpu["has_v"] and cpu["vlen"] == 0
         assert ("x86_avx2" in supported) == cpu["avx2"]
         assert ("x86_avx512" in supported) == cpu["avx512"]
-        assert ("x86_amx" in supported) == (cpu["avx512"] and cpu["amx_bf16"])
+        assert ("x86_avx512_bf16" in supported) == cpu["avx512_bf16"]
+        assert ("x86_amx" in supported) == (cpu["avx512_bf16"] and cpu["amx_bf16"])
         with open("/proc/cpuinfo") as f:  # an independent look at the CPU
             flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
         assert cpu["avx2"] == {"avx2", "fma", "f16c"}.issubset(flags)
         want = {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
         assert cpu["avx512"] == want.issubset(flags), sorted(want - set(flags))
+        assert cpu["avx512_bf16"] == (cpu["avx512"] and "avx512_bf16" in flags)
         # The kernel also grants this process the tile data (Linux >= 5.16), which
         # /proc/cpuinfo cannot say; where the CPU has the flags, expect it to work.
         amx = {"amx_tile", "amx_bf16", "avx512_bf16"}

@@ -37,9 +37,9 @@ int main(int argc, char** argv) {
   const rvvk::CpuInfo cpu = rvvk::cpu_info();
   std::printf(
       "compiled variants: %s; default: %s; cpu: v=%d vlen=%u zvfh=%d zvfhmin=%d avx2=%d "
-      "avx512=%d amx_bf16=%d (%s)\n",
+      "avx512=%d avx512_bf16=%d amx_bf16=%d (%s)\n",
       rvvk::compiled_variants(), rvvk::active_variant(), cpu.has_v, cpu.vlen_bits, cpu.zvfh,
-      cpu.zvfhmin, cpu.avx2, cpu.avx512, cpu.amx_bf16, cpu.source);
+      cpu.zvfhmin, cpu.avx2, cpu.avx512, cpu.avx512_bf16, cpu.amx_bf16, cpu.source);
   if (*rvvk::variant_error()) {
     std::printf("FAIL: %s\n", rvvk::variant_error());
     return 1;
@@ -108,9 +108,9 @@ int main(int argc, char** argv) {
     std::printf("riscv64 no-V: %d passed, %d failed\n", passed, failed);
   }
 #elif defined(__x86_64__)
-  std::printf("native x86-64 (avx2=%s avx512=%s amx_bf16=%s): %d passed, %d failed\n",
-              cpu.avx2 ? "on" : "off", cpu.avx512 ? "on" : "off", cpu.amx_bf16 ? "on" : "off",
-              passed, failed);
+  std::printf("native x86-64 (avx2=%s avx512=%s avx512_bf16=%s amx_bf16=%s): %d passed, %d failed\n",
+              cpu.avx2 ? "on" : "off", cpu.avx512 ? "on" : "off",
+              cpu.avx512_bf16 ? "on" : "off", cpu.amx_bf16 ? "on" : "off", passed, failed);
 #else
   std::printf("native: %d passed, %d failed\n", passed, failed);
 #endif

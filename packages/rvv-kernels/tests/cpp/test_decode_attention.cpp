@@ -188,6 +188,17 @@ RVVK_TEST(decode_attention_head_sizes_and_gqa) {
     for (auto& hd : {std::array<std::int64_t, 2>{12, 2}, {9, 1}, {10, 2}, {8, 2}, {8, 1}, {5, 1}})
       run_case(ctx, Case{hd[0], hd[1], dm[0], dm[1], {17, 1, 70}, DType::kF32, DType::kBF16},
                ++seed);
+  // bf16 q over a bf16 cache: x86_avx512_bf16 takes q.k by bf16 dot products
+  // where the head size is a multiple of 32 (up to 4 heads x 4 keys at a time,
+  // so groups of 1 to 9 run every per-pass head count and key tails), and the
+  // AVX-512 P.V reads bf16 V rows of whole 32s in pairs.
+  const std::int64_t dot_dims[][2] = {{32, 32}, {64, 40}, {96, 64}, {128, 128}, {160, 96},
+                                      {80, 80}, {256, 256}};
+  for (auto& dm : dot_dims)
+    for (auto& hd : {std::array<std::int64_t, 2>{12, 2}, {7, 1}, {5, 1}, {3, 1}, {1, 1},
+                     {8, 1}, {18, 2}})
+      run_case(ctx, Case{hd[0], hd[1], dm[0], dm[1], {17, 1, 70, 3}, DType::kBF16, DType::kBF16},
+               ++seed);
 }
 
 RVVK_TEST(decode_attention_context_lengths) {

@@ -52,6 +52,8 @@ class CpuInfo(TypedDict):
     """x86-64: AVX2, FMA and F16C usable (the ``x86_avx2`` variant can run)."""
     avx512: bool
     """x86-64: AVX-512 F/BW/VL/DQ usable (the ``x86_avx512`` variant can run)."""
+    avx512_bf16: bool
+    """x86-64: those and AVX512-BF16 (the ``x86_avx512_bf16`` variant can run)."""
     amx_bf16: bool
     """x86-64: AMX tiles with bf16 and AVX512-BF16 usable, tile data allowed to this
     process (the ``x86_amx`` variant can run)."""
@@ -152,7 +154,8 @@ def build_info() -> BuildInfo:
     (``compiled_variants``, ``supported_variants`` by this CPU, ``active_variant``),
     ``variant_error`` (why ``RVVK_VARIANT`` was not honoured, else empty) and
     ``cpu`` (``has_v``, ``vlen`` in bits, ``zvfh``, ``zvfhmin``, ``zvfbfmin``, ``avx2``,
-    ``avx512`` and ``amx_bf16`` on x86-64, and the ``source`` the extension bits came from).
+    ``avx512``, ``avx512_bf16`` and ``amx_bf16`` on x86-64, and the ``source`` the extension
+    bits came from).
     """
     from rvv_ops import __version__
 

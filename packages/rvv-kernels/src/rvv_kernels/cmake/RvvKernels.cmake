@@ -6,30 +6,35 @@
 # each kernel source is compiled once per variant - `portable` always, when the
 # target is riscv64 also `rvv` (-march=rv64gcv) and `rvv_zvfh` (+Zvfh), when it
 # is x86-64 also `x86_avx2` (the vector layer on AVX2 + FMA + F16C), `x86_avx512`
-# (the vector layer on AVX-512 intrinsics) and
-# `x86_amx` (AMX tiles for extend attention's bf16 matrix products: only the
-# sources in RVVK_AMX_SOURCES are compiled for it, its other kernels are
-# x86_avx512's) - and the library picks the best variant for the running CPU
-# at run time.
+# (the vector layer on AVX-512 intrinsics), `x86_avx512_bf16` (+ AVX512-BF16:
+# decode attention's q.k by bf16 dot products) and `x86_amx` (AMX tiles for
+# extend attention's bf16 matrix products) - the last two partial: only their
+# sources in RVVK_PARTIAL_SOURCES_<variant> are compiled, their other kernels
+# are those of the variant below them - and the library picks the best variant
+# for the running CPU at run time.
 #
 # Options:
 #   RVVK_ENABLE_RVV   (ON)  compile the RVV variants when targeting riscv64
 #   RVVK_ENABLE_ZVFH  (ON)  also compile the Zvfh variant if the compiler can
 #   RVVK_ENABLE_X86   (ON)  compile the x86_avx2 and x86_avx512 (and, if the
-#                           compiler can, x86_amx) variants when targeting x86-64
+#                           compiler can, x86_avx512_bf16 and x86_amx) variants
+#                           when targeting x86-64
 #   RVVK_PORTABLE_FLAGS     extra flags for the portable variant
 #
 # Function: rvvk_add_variant_objects(<prefix> <sources...>) compiles extra
-# sources once per variant (defining RVVK_VARIANT; for x86_amx only those also
-# in RVVK_AMX_SOURCES) and returns the object libraries in ${<prefix>_TARGETS}.
+# sources once per variant (defining RVVK_VARIANT; for a partial variant only
+# those also in its RVVK_PARTIAL_SOURCES_<variant>) and returns the object
+# libraries in ${<prefix>_TARGETS}.
 include_guard(GLOBAL)
 include(CheckCXXSourceCompiles)
 
 set(RVVK_SOURCE_DIR "${CMAKE_CURRENT_LIST_DIR}/../csrc")
 file(GLOB RVVK_KERNEL_SOURCES CONFIGURE_DEPENDS "${RVVK_SOURCE_DIR}/kernels/*.cpp")
-# The kernel sources with code of their own for x86_amx (#if RVVK_AMX); keep in
-# step with the x86_amx declarations of runtime/dispatch.cpp.
-set(RVVK_AMX_SOURCES "${RVVK_SOURCE_DIR}/kernels/extend_attention.cpp")
+# The partial variants' kernel sources: those with code of their own for the
+# variant (x86_avx512_bf16: __AVX512BF16__, x86_amx: RVVK_AMX); keep in step
+# with their declarations in runtime/dispatch.cpp.
+set(RVVK_PARTIAL_SOURCES_x86_avx512_bf16 "${RVVK_SOURCE_DIR}/kernels/decode_attention.cpp")
+set(RVVK_PARTIAL_SOURCES_x86_amx "${RVVK_SOURCE_DIR}/kernels/extend_attention.cpp")
 
 option(RVVK_ENABLE_RVV "Compile the RVV variants when targeting riscv64" ON)
 option(RVVK_ENABLE_ZVFH "Compile the RVV+Zvfh variant when the compiler supports it" ON)
@@ -120,7 +125,22 @@ int main() { float x[16] = {1}; __m512 v = _mm512_maskz_loadu_ps(0x3, x);
     # intrinsics' vector arithmetic by default): the kernels fuse where they say fmacc,
     # as the RVV intrinsics do, so both vector variants round alike.
     set(RVVK_FLAGS_x86_avx512 ${_rvvk_avx512_flags} -ffp-contract=off -DRVVK_VEC_AVX512=1)
-    set(_rvvk_amx_flags ${_rvvk_avx512_flags} -mavx512bf16 -mamx-tile -mamx-bf16)
+    set(_rvvk_bf16_flags ${_rvvk_avx512_flags} -mavx512bf16)
+    set(_rvvk_probe_bf16 "
+#include <immintrin.h>
+int main() { float x[16] = {1}; __m512bh p = (__m512bh)_mm512_loadu_si512(x);
+  return (int)_mm512_reduce_add_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), p, p)); }")
+    string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${_rvvk_bf16_flags}")
+    check_cxx_source_compiles("${_rvvk_probe_bf16}" RVVK_COMPILER_HAS_AVX512_BF16)
+    unset(CMAKE_REQUIRED_FLAGS)
+    if(RVVK_COMPILER_HAS_AVX512_BF16)
+      list(APPEND RVVK_VARIANTS x86_avx512_bf16)
+      set(RVVK_FLAGS_x86_avx512_bf16 ${_rvvk_bf16_flags} -ffp-contract=off -DRVVK_VEC_AVX512=1)
+    else()
+      message(WARNING "rvv-kernels: ${CMAKE_CXX_COMPILER} cannot compile AVX512-BF16 "
+                      "intrinsics; no x86_avx512_bf16 or x86_amx variant")
+    endif()
+    set(_rvvk_amx_flags ${_rvvk_bf16_flags} -mamx-tile -mamx-bf16)
     set(_rvvk_probe_amx "
 #include <immintrin.h>
 int main() { alignas(64) unsigned char cfg[64] = {1}; float x[32] = {1};
@@ -129,13 +149,15 @@ int main() { alignas(64) unsigned char cfg[64] = {1}; float x[32] = {1};
   __m512bh p = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x), _mm512_loadu_ps(x));
   return (int)x[0] + (int)_mm512_reduce_add_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), p, p)); }")
     string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${_rvvk_amx_flags}")
-    check_cxx_source_compiles("${_rvvk_probe_amx}" RVVK_COMPILER_HAS_AMX)
+    if(RVVK_COMPILER_HAS_AVX512_BF16)  # x86_amx builds on x86_avx512_bf16
+      check_cxx_source_compiles("${_rvvk_probe_amx}" RVVK_COMPILER_HAS_AMX)
+    endif()
     unset(CMAKE_REQUIRED_FLAGS)
     if(RVVK_COMPILER_HAS_AMX)
       list(APPEND RVVK_VARIANTS x86_amx)
       set(RVVK_FLAGS_x86_amx ${_rvvk_amx_flags} -ffp-contract=off -DRVVK_VEC_AVX512=1
           -DRVVK_AMX=1)
-    else()
+    elseif(RVVK_COMPILER_HAS_AVX512_BF16)
       message(WARNING "rvv-kernels: ${CMAKE_CXX_COMPILER} cannot compile AMX intrinsics; "
                       "no x86_amx variant")
     endif()
@@ -150,10 +172,10 @@ function(rvvk_add_variant_objects prefix)
   set(_targets)
   foreach(_v IN LISTS RVVK_VARIANTS)
     set(_sources ${ARGN})
-    if(_v STREQUAL "x86_amx")
+    if(DEFINED RVVK_PARTIAL_SOURCES_${_v})
       set(_sources)
       foreach(_s IN LISTS ARGN)
-        if(_s IN_LIST RVVK_AMX_SOURCES)
+        if(_s IN_LIST RVVK_PARTIAL_SOURCES_${_v})
           list(APPEND _sources ${_s})
         endif()
       endforeach()

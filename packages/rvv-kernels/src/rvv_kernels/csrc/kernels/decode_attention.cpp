@@ -79,6 +79,13 @@ struct Prefetch {
     if (k) detail::prefetch(k[j], k_bytes);
     if (v) detail::prefetch(v[j], v_bytes);
   }
+  // Prefetches the rows j of [lo, hi) (and of [0, n)) with j % mod == rem: a
+  // share of the rows, when mod passes over the same keys spread them.
+  RVVK_ALWAYS_INLINE void share(std::int64_t lo, std::int64_t hi, std::int64_t mod,
+                                std::int64_t rem) const {
+    hi = std::min(hi, n);
+    for (std::int64_t j = lo + (rem - lo % mod + mod) % mod; j < hi; j += mod) row(j);
+  }
 };
 
 // scores[g * kBlock + j] = qf[g] . k_j for heads g0 <= g < g0 + NG; prefetches
@@ -161,6 +168,33 @@ void for_head_groups(std::int64_t heads, Fn&& fn) {
   head_group_rest<Max - 1>(heads - g, g, fn);
 }
 
+// Pair order of bf16 rows read W elements at a time (W = 2 x the fp32 lanes of a
+// register; see the x86 forms): per W elements the even ones, then the odd ones.
+// x[0, n) (n a multiple of W) from natural order to pair order, in place.
+template <int W>
+void to_pairs(float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; i += W) {
+    float t[W];
+    for (int e = 0; e < W / 2; ++e) {
+      t[e] = x[i + 2 * e];
+      t[W / 2 + e] = x[i + 2 * e + 1];
+    }
+    std::copy_n(t, W, x + i);
+  }
+}
+// x[0, n) from pair order to natural order, in place.
+template <int W>
+void from_pairs(float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; i += W) {
+    float t[W];
+    for (int e = 0; e < W / 2; ++e) {
+      t[2 * e] = x[i + e];
+      t[2 * e + 1] = x[i + W / 2 + e];
+    }
+    std::copy_n(t, W, x + i);
+  }
+}
+
 #if defined(RVVK_VEC_AVX512)
 // The block's two products on AVX-512 (both x86 variants). The generic forms
 // above reduce every (key, head) dot product on its own and convert each K and
@@ -238,12 +272,126 @@ void qk_block(const float* qf, std::int64_t dim, std::int64_t group, const TK* c
   }
 }
 
-// acc[g] += sum_j p[g, j] * v_j for heads g0 <= g < g0 + NG, 32 dims at a time.
+// bf16 rows in pairs: lane i of a 512-bit load of 32 bf16 holds elements 2i
+// (low half) and 2i + 1 (high half).
+template <class T>
+inline constexpr bool kPairs = std::is_same_v<T, bf16>;
+template <class T>
+inline bool uses_pairs(std::int64_t n) {
+  return kPairs<T> && n % 32 == 0;
+}
+RVVK_ALWAYS_INLINE inline __m512 pairs_even(__m512i raw) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+}
+RVVK_ALWAYS_INLINE inline __m512 pairs_odd(__m512i raw) {
+  return _mm512_castsi512_ps(
+      _mm512_and_si512(raw, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+#if defined(__AVX512BF16__)
+// Whether q.k goes by bf16 dot products: q and K rows bf16, dims in whole 32s.
+template <class TQ, class TK>
+inline bool uses_dot(std::int64_t dim) {
+  return std::is_same_v<TQ, bf16> && std::is_same_v<TK, bf16> && dim % 32 == 0;
+}
+// scores[g * kBlock + j] = scale * (qb[g] . k_j) for heads g0 <= g < g0 + NH,
+// KS = 16 / NH keys at a time, by vdpbf16ps (pairs of bf16 products, exact,
+// summed in fp32): K is read as it is (no conversion, no scratch), each K
+// chunk once for the NH heads, and one transpose-add gives the NH x KS scores.
+// Step c0 prefetches pf's rows [c0, c0 + KS) of this pass's share.
+template <int NH>
+RVVK_ALWAYS_INLINE inline void qk_heads_dot(const bf16* qb, std::int64_t dim,
+                                            const bf16* const* krows, std::int64_t nb,
+                                            float* scores, __m512 sv, std::int64_t g0,
+                                            const Prefetch<bf16>& pf, std::int64_t pass,
+                                            std::int64_t passes) {
+  constexpr int KS = 16 / NH;
+  const std::int64_t nc = dim / 32;
+  const bf16* q = qb + g0 * dim;
+  for (std::int64_t c0 = 0; c0 < nb; c0 += KS) {
+    const std::int64_t n = std::min<std::int64_t>(KS, nb - c0);
+    pf.share(c0, c0 + KS, passes, pass);
+    const bf16* k[KS];
+    for (int j = 0; j < KS; ++j) k[j] = krows[c0 + (j < n ? j : 0)];
+    __m512 acc[16];  // acc[h * KS + j]: head g0 + h, key c0 + j; those past NH x KS stay 0
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
+    for (std::int64_t i = 0; i < nc; ++i) {
+      __m512bh qv[NH];
+      for (int h = 0; h < NH; ++h) qv[h] = (__m512bh)_mm512_loadu_si512(q + h * dim + 32 * i);
+#pragma GCC unroll 16
+      for (int j = 0; j < KS; ++j) {
+        const __m512bh kv = (__m512bh)_mm512_loadu_si512(k[j] + 32 * i);
+        for (int h = 0; h < NH; ++h)
+          acc[h * KS + j] = _mm512_dpbf16_ps(acc[h * KS + j], kv, qv[h]);
+      }
+    }
+    const __m512 sums = _mm512_mul_ps(sum16(acc), sv);  // lanes as acc
+    const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
+    _mm512_mask_storeu_ps(scores + g0 * kBlock + c0, m, sums);
+    // Compressed in a register: vcompressps to memory is microcoded on Zen 4.
+    for (int h = 1; h < NH; ++h)
+      _mm512_mask_storeu_ps(scores + (g0 + h) * kBlock + c0, m,
+                            _mm512_maskz_compress_ps(static_cast<__mmask16>(m << (h * KS)), sums));
+  }
+}
+
+// Heads per pass of qk_heads_dot (KS = 4 keys): 3 and 4 ran alike, 2 and 6
+// slower (Zen 4, in cache).
+constexpr int kDotHeads = 4;
+
+// scores[g * kBlock + j] = scale * (qb[g] . k_j) for all `group` heads, in
+// passes of up to kDotHeads heads; pf's rows spread over the passes.
+inline void qk_block_dot(const bf16* qb, std::int64_t dim, std::int64_t group,
+                         const bf16* const* krows, std::int64_t nb, float* scores, float scale,
+                         const Prefetch<bf16>& pf) {
+  const __m512 sv = _mm512_set1_ps(scale);
+  const std::int64_t passes = (group + kDotHeads - 1) / kDotHeads;
+  for_head_groups<kDotHeads>(group, [&](auto nh, std::int64_t g0) {
+    qk_heads_dot<decltype(nh)::value>(qb, dim, krows, nb, scores, sv, g0, pf, g0 / kDotHeads,
+                                      passes);
+  });
+}
+#else
+template <class TQ, class TK>
+inline bool uses_dot(std::int64_t) {
+  return false;
+}
+#endif
+
+// acc[g] += sum_j p[g, j] * v_j for heads g0 <= g < g0 + NG, 32 dims at a time
+// (acc in pair order where uses_pairs<TV>(dim_v)).
 template <int NG, class TV>
 void pv_heads(float* acc, std::int64_t dim_v, const TV* const* vrows, std::int64_t nb,
-              const float* p, std::int64_t g0) {
+              const float* p, std::int64_t g0, const Prefetch<TV>* pf, std::int64_t pass,
+              std::int64_t passes) {
   float* c = acc + g0 * dim_v;
   const float* p0 = p + g0 * kBlock;
+  if constexpr (kPairs<TV>) {
+    if (uses_pairs<TV>(dim_v)) {
+      for (std::int64_t i = 0; i < dim_v; i += 32, ++pass) {
+        if (pf) pf->share(0, nb, passes, pass);
+        __m512 a0[NG], a1[NG];
+        for (int g = 0; g < NG; ++g) {
+          a0[g] = _mm512_loadu_ps(c + g * dim_v + i);
+          a1[g] = _mm512_loadu_ps(c + g * dim_v + i + 16);
+        }
+        for (std::int64_t j = 0; j < nb; ++j) {
+          const __m512i raw = _mm512_loadu_si512(vrows[j] + i);
+          const __m512 v0 = pairs_even(raw), v1 = pairs_odd(raw);
+          for (int g = 0; g < NG; ++g) {
+            const __m512 pj = _mm512_set1_ps(p0[g * kBlock + j]);
+            a0[g] = _mm512_fmadd_ps(pj, v0, a0[g]);
+            a1[g] = _mm512_fmadd_ps(pj, v1, a1[g]);
+          }
+        }
+        for (int g = 0; g < NG; ++g) {
+          _mm512_storeu_ps(c + g * dim_v + i, a0[g]);
+          _mm512_storeu_ps(c + g * dim_v + i + 16, a1[g]);
+        }
+      }
+      return;
+    }
+  }
   for (std::int64_t i = 0; i < dim_v; i += 32) {
     const __mmask16 m0 = lanes(static_cast<std::size_t>(dim_v - i), 0);
     const __mmask16 m1 = lanes(static_cast<std::size_t>(dim_v - i), 1);
@@ -267,11 +415,14 @@ void pv_heads(float* acc, std::int64_t dim_v, const TV* const* vrows, std::int64
   }
 }
 
+// pf's rows (when given) are spread over the passes (head groups x 32 dims).
 template <class TV>
 void pv_block(float* acc, std::int64_t dim_v, std::int64_t group, const TV* const* vrows,
-              std::int64_t nb, const float* p) {
+              std::int64_t nb, const float* p, const Prefetch<TV>* pf = nullptr) {
+  const std::int64_t per_group = (dim_v + 31) / 32;
+  const std::int64_t passes = (group + 7) / 8 * per_group;
   for_head_groups<8>(group, [&](auto ng, std::int64_t g0) {
-    pv_heads<decltype(ng)::value>(acc, dim_v, vrows, nb, p, g0);
+    pv_heads<decltype(ng)::value>(acc, dim_v, vrows, nb, p, g0, pf, g0 / 8 * per_group, passes);
   });
 }
 }  // namespace x86
@@ -363,28 +514,6 @@ RVVK_ALWAYS_INLINE inline __m256 pairs_odd(__m256i raw) {
 }
 RVVK_ALWAYS_INLINE inline __m256i load_pairs(const bf16* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-// x[0, n) (n a multiple of 16) from natural order to pair order, in place.
-inline void to_pairs(float* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; i += 16) {
-    float t[16];
-    for (int e = 0; e < 8; ++e) {
-      t[e] = x[i + 2 * e];
-      t[8 + e] = x[i + 2 * e + 1];
-    }
-    std::copy_n(t, 16, x + i);
-  }
-}
-// x[0, n) from pair order to natural order, in place.
-inline void from_pairs(float* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; i += 16) {
-    float t[16];
-    for (int e = 0; e < 8; ++e) {
-      t[2 * e] = x[i + e];
-      t[2 * e + 1] = x[i + 8 + e];
-    }
-    std::copy_n(t, 16, x + i);
-  }
 }
 
 // Whether rows of n elements of T go by pairs: bf16 rows of whole 16s. Then
@@ -596,6 +725,9 @@ struct Scratch {
   // 8-lane partial scores (AVX2)
   std::vector<x86::Row> kf;
 #endif
+#if defined(RVVK_VEC_AVX512)
+  std::vector<bf16> qb;  // q as it is, for x86::qk_block_dot
+#endif
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -633,9 +765,19 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
       i += static_cast<std::int64_t>(vl);
     }
 #if defined(RVVK_VEC_AVX2)
-    if (x86::uses_pairs<TKV>(dim)) x86::to_pairs(dst, dim);
+    if (x86::uses_pairs<TKV>(dim)) to_pairs<16>(dst, dim);
 #endif
   }
+#if defined(RVVK_VEC_AVX512)
+  // The bf16 dot products take q as it is (bf16) and scale the scores instead.
+  const bool dot = x86::uses_dot<TQ, TKV>(dim);
+  if (dot) {
+    sc.qb.resize(static_cast<std::size_t>(group * dim));
+    for (std::int64_t g = 0; g < group; ++g)
+      std::copy_n(at<bf16>(a.q, b * a.q_stride_b + (kvh * group + g) * a.q_stride_h), dim,
+                  sc.qb.data() + g * dim);
+  }
+#endif
 
   const KvCache& c = a.cache;
   // int8 caches carry a scale per token and KV head, applied to the scores (K)
@@ -695,7 +837,23 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
       }
     }
 #if defined(RVVK_VEC_AVX512)
-    x86::qk_block(sc.q.data(), dim, group, kb, nb, sc.scores.data(), pf, sc.kf);
+    // The dot products spread the next block's K rows over their passes and
+    // the V product its V rows; the other form asks for both during its K
+    // conversion.
+    const Prefetch<TKV> pf_k{k_bytes, v_bytes, kb + kBlock, nullptr, next, 0};
+    const Prefetch<TKV> pf_v{k_bytes, v_bytes, nullptr, vb + kBlock, next, 0};
+#if defined(__AVX512BF16__)
+    if constexpr (std::is_same_v<TQ, bf16> && std::is_same_v<TKV, bf16>) {
+      if (dot)
+        x86::qk_block_dot(sc.qb.data(), dim, group, kb, nb, sc.scores.data(),
+                          a.sm_scale * a.cache.k_scale, pf_k);
+      else
+        x86::qk_block(sc.q.data(), dim, group, kb, nb, sc.scores.data(), pf, sc.kf);
+    } else
+#endif
+    {
+      x86::qk_block(sc.q.data(), dim, group, kb, nb, sc.scores.data(), pf, sc.kf);
+    }
 #else
     for_head_groups<4>(group, [&](auto ng, std::int64_t g0) {
       qk_heads<decltype(ng)::value>(sc.q.data(), dim, kb, nb, sc.scores.data(), g0,
@@ -714,7 +872,7 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
 #if defined(RVVK_VEC_AVX2)
     x86::pv_block(sc.acc.data(), dim_v, group, vb, nb, sc.scores.data(), pf_v);
 #elif defined(RVVK_VEC_AVX512)
-    x86::pv_block(sc.acc.data(), dim_v, group, vb, nb, sc.scores.data());
+    x86::pv_block(sc.acc.data(), dim_v, group, vb, nb, sc.scores.data(), dot ? &pf_v : nullptr);
 #else
     for_head_groups<4>(group, [&](auto ng, std::int64_t g0) {
       pv_heads<decltype(ng)::value>(sc.acc.data(), dim_v, vb, nb, sc.scores.data(), g0);
@@ -732,7 +890,9 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
     if (l > 0.0f) {
       std::copy_n(sc.acc.data() + g * dim_v, dim_v, out);
 #if defined(RVVK_VEC_AVX2)
-      if (x86::uses_pairs<TKV>(dim_v)) x86::from_pairs(out, dim_v);
+      if (x86::uses_pairs<TKV>(dim_v)) from_pairs<16>(out, dim_v);
+#elif defined(RVVK_VEC_AVX512)
+      if (x86::uses_pairs<TKV>(dim_v)) from_pairs<32>(out, dim_v);
 #endif
       scale_row(out, dim_v, a.cache.v_scale / l);
       out[dim_v] = sc.m[static_cast<std::size_t>(g)] + std::log(l);

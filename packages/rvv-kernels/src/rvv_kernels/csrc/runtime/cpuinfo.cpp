@@ -96,6 +96,14 @@ CpuInfo detect() {
 
 #elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
+// AVX512-BF16 (cpuid leaf 7, subleaf 1, EAX bit 5); the OS's consent to the
+// AVX-512 state is part of `avx512`.
+bool detect_avx512_bf16() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || a < 1) return false;
+  return __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
+}
+
 // AMX-BF16 and AVX512-BF16 in the CPU, the tile state enabled by the OS
 // (XCR0 bits 17 and 18), and - on Linux, where a process must ask before its
 // first tile instruction or it gets SIGILL - the tile data permission granted
@@ -130,6 +138,7 @@ CpuInfo detect() {
               __builtin_cpu_supports("f16c");
   info.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  info.avx512_bf16 = info.avx512 && detect_avx512_bf16();
   info.amx_bf16 = info.avx512 && detect_amx_bf16();
   return info;
 }

@@ -37,12 +37,22 @@ namespace v_x86_avx512 {
 }
 #endif
 #undef RVVK_KERNEL
-#if RVVK_HAVE_x86_amx
-// x86_amx compiles only the kernels with AMX code of their own (RVVK_AMX_SOURCES
-// in RvvKernels.cmake), declared here; qualified lookup finds these first and
-// x86_avx512's for every other entry of the table.
-namespace v_x86_amx {
+// The partial variants compile only the kernels with code of their own for them
+// (RVVK_PARTIAL_SOURCES_<variant> in RvvKernels.cmake), declared here; qualified
+// lookup finds these first and the variant's below for every other entry of
+// the table (x86_amx -> x86_avx512_bf16 -> x86_avx512).
+#if RVVK_HAVE_x86_avx512_bf16
+namespace v_x86_avx512_bf16 {
 using namespace v_x86_avx512;
+void decode_attention_partial(const DecodeAttentionArgs& args, std::int64_t task_begin,
+                              std::int64_t task_end);
+void decode_attention_merge(const DecodeAttentionArgs& args, std::int64_t task_begin,
+                            std::int64_t task_end);
+}  // namespace v_x86_avx512_bf16
+#endif
+#if RVVK_HAVE_x86_amx
+namespace v_x86_amx {
+using namespace v_x86_avx512_bf16;
 void extend_attention(const ExtendAttentionArgs& args, std::int64_t task_begin,
                       std::int64_t task_end);
 }  // namespace v_x86_amx
@@ -94,6 +104,13 @@ const Table kTables[] = {
     },
 #undef RVVK_TABLE_NS
 #endif
+#if RVVK_HAVE_x86_avx512_bf16
+#define RVVK_TABLE_NS v_x86_avx512_bf16
+    Table{"x86_avx512_bf16",
+#include "rvvk/kernels.def"
+    },
+#undef RVVK_TABLE_NS
+#endif
 #if RVVK_HAVE_x86_amx
 #define RVVK_TABLE_NS v_x86_amx
     Table{"x86_amx",
@@ -113,7 +130,8 @@ bool runnable(const Table& t) {
   if (std::strcmp(t.name, "rvv_zvfh") == 0) return cpu.has_v && cpu.zvfh;
   if (std::strcmp(t.name, "x86_avx2") == 0) return cpu.avx2;
   if (std::strcmp(t.name, "x86_avx512") == 0) return cpu.avx512;
-  if (std::strcmp(t.name, "x86_amx") == 0) return cpu.avx512 && cpu.amx_bf16;
+  if (std::strcmp(t.name, "x86_avx512_bf16") == 0) return cpu.avx512_bf16;
+  if (std::strcmp(t.name, "x86_amx") == 0) return cpu.avx512_bf16 && cpu.amx_bf16;
   return false;
 }
 

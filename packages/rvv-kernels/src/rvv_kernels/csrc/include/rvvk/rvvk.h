@@ -220,6 +220,7 @@ struct CpuInfo {
   bool zvfbfmin = false;     // bf16 vector conversions
   bool avx2 = false;         // x86-64: AVX2, FMA and F16C usable (CPU and OS)
   bool avx512 = false;       // x86-64: AVX-512 F, BW, VL and DQ usable (CPU and OS)
+  bool avx512_bf16 = false;  // x86-64: those and AVX512-BF16 (vdpbf16ps)
   bool amx_bf16 = false;     // x86-64: AMX tiles with bf16 dot products and AVX512-BF16
                              // usable (CPU, OS, and this process allowed the tile data)
   const char* source = "";   // where the extension bits came from: "hwprobe", "cpuinfo",
