@@ -155,9 +155,8 @@ def bench_kernels(session: nox.Session) -> None:
 @nox.session(name="bench-x86")
 def bench_x86(session: nox.Session) -> None:
     """Attention side by side on this machine: SGLang's torch_native backend, rvv-attention's
-    fallback and the rvv-ops kernels (their x86_amx / x86_avx512 / x86_avx2 variant, whichever
-    the CPU runs),
-    decode and extend.
+    fallback and the rvv-ops kernels (their x86_amx / x86_avx512_bf16 / x86_avx512 / x86_avx2
+    variant, whichever the CPU runs), decode and extend.
 
     Writes build/bench/x86.json. ``nox -s bench-x86 -- --quick``: batch {1, 4} x context 512.
     """

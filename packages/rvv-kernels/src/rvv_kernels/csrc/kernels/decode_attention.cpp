@@ -20,6 +20,21 @@
 // and 14.3-14.7 against 16.4-17.3). The
 // AVX-512 variants keep the AVX-512 form; the AVX2 form's K prefetch distance
 // (kAhead 16, 32, 48) did not close the random-row gap on the Xeon.
+// x86_avx512_bf16 (AVX512-BF16: Zen 4, Sapphire Rapids and later) takes q.k of
+// bf16 q over a bf16 cache by vdpbf16ps instead (qk_block_dot), and every
+// AVX-512 variant reads bf16 V rows of whole 32s in pairs; on the 2-core Zen 4
+// (scratch program, alternating runs; one thread, rows in cache, B1 / context
+// 2048) a call's median went from 0.19-0.24 ms (the AVX-512 form) to
+// 0.13-0.16, and at B16 / context 8192 over random rows in DRAM (two threads,
+// 2 MiB pages, 960 MiB written before each call) the fastest of 9 calls from
+// 14.5-16.3 to 9.2-10.2 ms. Tried there and not kept: q.k with the keys in lanes (each 32-
+// dim chunk of 16 K rows transposed, q pairs broadcast: no reduction, but the
+// transposes' cross-lane shuffles made it 0.15-0.18 ms); prefetcht0 (2x
+// slower) and prefetchnta (2x slower) instead of prefetcht1; key blocks of 32
+// and 128 (no better than 64); the next block's lines asked for at the pace of
+// the block's work, or the current block's V rows during q.k and the next
+// block's K rows during P.V, instead of shares of the K rows over the q.k
+// passes and of the V rows over the P.V passes (same or slower).
 // Stage 2 merges the splits with their log-sum-exp and the optional sink.
 #include <algorithm>
 #include <cmath>
@@ -196,15 +211,23 @@ void from_pairs(float* x, std::int64_t n) {
 }
 
 #if defined(RVVK_VEC_AVX512)
-// The block's two products on AVX-512 (both x86 variants). The generic forms
-// above reduce every (key, head) dot product on its own and convert each K and
-// V row once per group of <= 4 heads; here:
+// The block's two products on AVX-512 (the x86_avx512, x86_avx512_bf16 and
+// x86_amx variants). The generic forms above reduce every (key, head) dot
+// product on its own and convert each K and V row once per group of <= 4
+// heads; here:
 // - K: 16 keys at a time, their rows are converted to fp32 once (zero-padded to
 //   a multiple of 16 dims, 16 dims of the 16 keys side by side) into an L1
 //   scratch; then per head one accumulator per key (16 FMAs per q vector) and
-//   one 16-to-1 transpose-add (45 instructions) for the 16 scores;
+//   one 16-to-1 transpose-add (45 instructions) for the 16 scores. With
+//   AVX512-BF16, bf16 q over bf16 K rows of whole 32s instead go by vdpbf16ps
+//   on the rows as they are (qk_block_dot: up to 4 heads x 4 keys per
+//   transpose-add, the scores scaled after), the next block's K rows
+//   prefetched in shares over its passes;
 // - V: the accumulators of up to 8 heads x 32 dims stay in registers while each
-//   V row is converted once and multiplied into all of them.
+//   V row is converted once and multiplied into all of them; bf16 rows of
+//   whole 32s are read in pairs (a shift and a mask give the even and the odd
+//   elements, the accumulators kept in that order), and with the dot products
+//   the next block's V rows are prefetched in shares over the passes.
 namespace x86 {
 using vec::avx512::ld;
 using vec::avx512::lanes;

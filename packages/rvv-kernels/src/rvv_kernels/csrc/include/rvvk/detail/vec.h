@@ -3,8 +3,9 @@
 // Kernels are written once against rvvk::vec::F32<LMUL> (and friends) and
 // compiled once per variant. On RISC-V with V the traits map to RVV 1.0
 // intrinsics (VLEN-agnostic: every loop is strip-mined with setvl); in the
-// x86_avx512 and x86_amx variants to AVX-512 intrinsics acting as a VLEN-512
-// unit (vec_avx512.h; x86_amx also gives extend attention AMX tiles); in
+// x86_avx512, x86_avx512_bf16 and x86_amx variants to AVX-512 intrinsics acting
+// as a VLEN-512 unit (vec_avx512.h; x86_avx512_bf16 also gives decode attention
+// bf16 dot products, x86_amx extend attention AMX tiles); in
 // x86_avx2 to AVX2 + FMA + F16C acting as a VLEN-256 unit (vec_avx2.h);
 // elsewhere, and for the scalar "-march=rv64gc" build, to a portable emulation
 // of a vector unit in plain C++.
@@ -36,7 +37,7 @@
 #define RVVK_CONCAT_(a, b) a##b
 #define RVVK_CONCAT(a, b) RVVK_CONCAT_(a, b)
 #ifndef RVVK_VARIANT
-#error "RVVK_VARIANT must name the variant being compiled (portable, rvv, rvv_zvfh, x86_avx2, x86_avx512, x86_amx)"
+#error "RVVK_VARIANT must name the variant being compiled (portable, rvv, rvv_zvfh, x86_avx2, x86_avx512, x86_avx512_bf16, x86_amx)"
 #endif
 // Namespace that holds this translation unit's variant of every kernel and of
 // the vector layer itself (the variants' inline functions must not merge at
