@@ -7,8 +7,9 @@
 # target is riscv64 also `rvv` (-march=rv64gcv) and `rvv_zvfh` (+Zvfh), when it
 # is x86-64 also `x86_avx2` (the vector layer on AVX2 + FMA + F16C), `x86_avx512`
 # (the vector layer on AVX-512 intrinsics), `x86_avx512_bf16` (+ AVX512-BF16:
-# decode attention's q.k by bf16 dot products) and `x86_amx` (AMX tiles for
-# extend attention's bf16 matrix products) - the last two partial: only their
+# bf16 dot products in decode attention's q.k and in extend attention's two
+# matrix products) and `x86_amx` (AMX tiles for extend attention's bf16 matrix
+# products) - the last two partial: only their
 # sources in RVVK_PARTIAL_SOURCES_<variant> are compiled, their other kernels
 # are those of the variant below them - and the library picks the best variant
 # for the running CPU at run time.
@@ -33,7 +34,8 @@ file(GLOB RVVK_KERNEL_SOURCES CONFIGURE_DEPENDS "${RVVK_SOURCE_DIR}/kernels/*.cp
 # The partial variants' kernel sources: those with code of their own for the
 # variant (x86_avx512_bf16: __AVX512BF16__, x86_amx: RVVK_AMX); keep in step
 # with their declarations in runtime/dispatch.cpp.
-set(RVVK_PARTIAL_SOURCES_x86_avx512_bf16 "${RVVK_SOURCE_DIR}/kernels/decode_attention.cpp")
+set(RVVK_PARTIAL_SOURCES_x86_avx512_bf16 "${RVVK_SOURCE_DIR}/kernels/decode_attention.cpp"
+    "${RVVK_SOURCE_DIR}/kernels/extend_attention.cpp")
 set(RVVK_PARTIAL_SOURCES_x86_amx "${RVVK_SOURCE_DIR}/kernels/extend_attention.cpp")
 
 option(RVVK_ENABLE_RVV "Compile the RVV variants when targeting riscv64" ON)

@@ -37,9 +37,10 @@
 // Finally o / l (the sink, if any, joins the denominator) in the output dtype.
 // Tasks share no mutable state (thread_local scratch), so results do not depend
 // on how tasks are spread over calls or threads.
-// The x86_amx variant runs bf16 q over a bf16 cache (head sizes multiples of
-// 32) through its own task with the matrix products on AMX tiles: see amx::
-// at the end of this file.
+// The x86_amx and x86_avx512_bf16 variants run bf16 q over a bf16 cache (head
+// sizes multiples of 32) through their own task with the matrix products on
+// bf16 pairs - AMX tiles, or AVX512-BF16 dot products on the same packed
+// layouts: see bf16mm:: at the end of this file.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -811,9 +812,12 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
   store_rows<T>(a, kvh, start + m0, nqr, sc.o.data(), sc.m.data(), sc.l.data());
 }
 
-#if defined(RVVK_AMX)
-// x86_amx: the same tasks, for bf16 q with a bf16 KV cache, with both matrix
-// products on AMX tiles (tdpbf16ps: bf16 pairs, fp32 accumulators) and the
+#if defined(RVVK_AMX) || (defined(RVVK_VEC_AVX512) && defined(__AVX512BF16__))
+#define RVVK_BF16MM 1
+// x86_amx and x86_avx512_bf16: the same tasks, for bf16 q with a bf16 KV
+// cache, with both matrix products on bf16 pairs with fp32 accumulators - AMX
+// tiles (tdpbf16ps) in x86_amx, AVX512-BF16 dot products (vdpbf16ps, one B
+// tile row per zmm) on the same packed tiles in x86_avx512_bf16 - and the
 // online softmax in AVX-512, per query row:
 //  - q rows, raw bf16, packed once per task as the A tiles (16 rows x 32
 //    dims), padded with zero rows to a multiple of 32 rows; sm_scale applies
@@ -831,19 +835,22 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
 //  - V re-laid as B tiles in key pairs (tile row i = keys 2i, 2i+1 of 16 value
 //    columns: interleaved bf16), o[qr][:] += p_hi . V + p_lo . V in fp32 tiles.
 // Keys past the block's end are zero rows with masked scores.
-namespace amx {
+namespace bf16mm {
 
 constexpr std::int64_t kN = 128;  // keys per block: 8 tiles of 16
 constexpr std::int64_t kR = 32;   // query rows per pass: 2 tiles of 16
 static_assert(kN % 32 == 0, "key pairs of whole tiles, rows of P in pairs of vectors");
 
+#if defined(RVVK_AMX)
 struct alignas(64) TileConfig {
   std::uint8_t palette = 1, start_row = 0;
   std::uint8_t reserved[14] = {};
   std::uint16_t colsb[16] = {};
   std::uint8_t rows[16] = {};
 };
+#endif
 
+#if defined(RVVK_AMX)
 // Eight tiles of 16 rows x 64 bytes for the lifetime of the object (one call
 // of extend_attention, on one thread); tile state released after.
 struct Tiles {
@@ -856,6 +863,9 @@ struct Tiles {
   Tiles(const Tiles&) = delete;
   Tiles& operator=(const Tiles&) = delete;
 };
+#else
+struct Tiles {};  // no tile state without AMX
+#endif
 
 struct Scratch {
   std::vector<std::uint16_t> q;          // nqr_pad x dim, bf16
@@ -960,6 +970,7 @@ void pack_v(const std::uint16_t* const* rows, std::int64_t dim_v, std::uint32_t*
     }
 }
 
+#if defined(RVVK_AMX)
 // s[qr][0, kN) = q[qr] . k for all nqr_pad rows (tiles 0-3 accumulate 32 rows
 // x 32 keys, 4-5 hold q, 6-7 K).
 void qk_tiles(const std::uint16_t* q, std::int64_t nqr_pad, std::int64_t dim,
@@ -1026,6 +1037,81 @@ void pv_tiles(const std::uint16_t* phi, const std::uint16_t* plo, std::int64_t n
       _tile_stored(3, o0 + 16 * dim_v + 16, ostride);
     }
 }
+#else
+// The tile products by vdpbf16ps: row i of a B tile is one zmm of 16 bf16
+// pairs, multiplied by the A operand's pair i broadcast; kRows query rows x
+// 32 columns (two tiles) of fp32 accumulators in registers.
+constexpr std::int64_t kRows = 8;
+static_assert(kR % kRows == 0, "row blocks of whole register blocks");
+
+// The 32-bit pair at p (two bf16), broadcast.
+RVVK_ALWAYS_INLINE inline __m512bh pair_at(const std::uint16_t* p) {
+  std::int32_t x;
+  std::memcpy(&x, p, sizeof x);
+  return (__m512bh)_mm512_set1_epi32(x);
+}
+
+// s[qr][0, kN) = q[qr] . k for all nqr_pad rows.
+void qk_tiles(const std::uint16_t* q, std::int64_t nqr_pad, std::int64_t dim,
+              const std::uint32_t* kb, float* s) {
+  for (std::int64_t r0 = 0; r0 < nqr_pad; r0 += kRows)
+    for (std::int64_t g = 0; g < kN / 16; g += 2) {
+      __m512 acc[kRows][2];
+      for (auto& a : acc) a[0] = a[1] = _mm512_setzero_ps();
+      for (std::int64_t c = 0; c < dim / 32; ++c) {
+        const std::uint32_t* t0 = kb + (c * (kN / 16) + g) * 256;  // tiles (c, g), (c, g + 1)
+        const std::uint16_t* qc = q + r0 * dim + c * 32;
+        for (int i = 0; i < 16; ++i) {
+          const __m512bh k0 = (__m512bh)_mm512_loadu_si512(t0 + i * 16);
+          const __m512bh k1 = (__m512bh)_mm512_loadu_si512(t0 + 256 + i * 16);
+          for (int r = 0; r < kRows; ++r) {
+            const __m512bh qp = pair_at(qc + r * dim + 2 * i);
+            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], qp, k0);
+            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], qp, k1);
+          }
+        }
+      }
+      for (int r = 0; r < kRows; ++r) {
+        _mm512_storeu_ps(s + (r0 + r) * kN + g * 16, acc[r][0]);
+        _mm512_storeu_ps(s + (r0 + r) * kN + g * 16 + 16, acc[r][1]);
+      }
+    }
+}
+
+// o[qr][:] += (p_hi + p_lo)[qr] . V for all nqr_pad rows.
+void pv_tiles(const std::uint16_t* phi, const std::uint16_t* plo, std::int64_t nqr_pad,
+              const std::uint32_t* vb, std::int64_t dim_v, float* o) {
+  const std::int64_t ndv = dim_v / 16;
+  for (std::int64_t r0 = 0; r0 < nqr_pad; r0 += kRows)
+    for (std::int64_t d = 0; d < ndv; d += 2) {
+      __m512 acc[kRows][2];
+      for (int r = 0; r < kRows; ++r) {
+        acc[r][0] = _mm512_loadu_ps(o + (r0 + r) * dim_v + d * 16);
+        acc[r][1] = _mm512_loadu_ps(o + (r0 + r) * dim_v + d * 16 + 16);
+      }
+      for (std::int64_t kc = 0; kc < kN / 32; ++kc) {
+        const std::uint32_t* t0 = vb + (kc * ndv + d) * 256;  // tiles (kc, d), (kc, d + 1)
+        const std::uint16_t* ph = phi + r0 * kN + kc * 32;
+        const std::uint16_t* pl = plo + r0 * kN + kc * 32;
+        for (int i = 0; i < 16; ++i) {
+          const __m512bh v0 = (__m512bh)_mm512_loadu_si512(t0 + i * 16);
+          const __m512bh v1 = (__m512bh)_mm512_loadu_si512(t0 + 256 + i * 16);
+          for (int r = 0; r < kRows; ++r) {
+            const __m512bh h = pair_at(ph + r * kN + 2 * i), l = pair_at(pl + r * kN + 2 * i);
+            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], h, v0);
+            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], h, v1);
+            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], l, v0);
+            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], l, v1);
+          }
+        }
+      }
+      for (int r = 0; r < kRows; ++r) {
+        _mm512_storeu_ps(o + (r0 + r) * dim_v + d * 16, acc[r][0]);
+        _mm512_storeu_ps(o + (r0 + r) * dim_v + d * 16 + 16, acc[r][1]);
+      }
+    }
+}
+#endif  // RVVK_AMX
 
 // Lanes [lo, hi) of the 16 at 16 * i, as a mask.
 inline __mmask16 lanes_in(std::int64_t lo, std::int64_t hi, int i) {
@@ -1172,18 +1258,18 @@ void task(const ExtendAttentionArgs& a, std::int64_t task) {
   store_rows<bf16>(a, kvh, start + m0, nqr, sc.o.data(), sc.m.data(), sc.l.data());
 }
 
-}  // namespace amx
-#endif  // RVVK_AMX
+}  // namespace bf16mm
+#endif  // RVVK_BF16MM
 
 }  // namespace
 
 void extend_attention(const ExtendAttentionArgs& a, std::int64_t task_begin,
                       std::int64_t task_end) {
-#if defined(RVVK_AMX)
-  if (a.dtype == DType::kBF16 && a.cache.dtype == DType::kBF16 && amx::eligible(a)) {
-    const amx::Tiles tiles;
-    amx::packed().b = -1;  // nothing packed by an earlier call is valid
-    for (std::int64_t t = task_begin; t < task_end; ++t) amx::task(a, t);
+#if defined(RVVK_BF16MM)
+  if (a.dtype == DType::kBF16 && a.cache.dtype == DType::kBF16 && bf16mm::eligible(a)) {
+    const bf16mm::Tiles tiles;
+    bf16mm::packed().b = -1;  // nothing packed by an earlier call is valid
+    for (std::int64_t t = task_begin; t < task_end; ++t) bf16mm::task(a, t);
     return;
   }
 #endif

@@ -48,6 +48,8 @@ void decode_attention_partial(const DecodeAttentionArgs& args, std::int64_t task
                               std::int64_t task_end);
 void decode_attention_merge(const DecodeAttentionArgs& args, std::int64_t task_begin,
                             std::int64_t task_end);
+void extend_attention(const ExtendAttentionArgs& args, std::int64_t task_begin,
+                      std::int64_t task_end);
 }  // namespace v_x86_avx512_bf16
 #endif
 #if RVVK_HAVE_x86_amx
