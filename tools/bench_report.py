@@ -346,7 +346,8 @@ We have no RISC-V board. Every number here is a proxy:
   not a measurement.
 - **The x86 side by side** (section 3) runs the rvv-ops kernels' x86 variant - the same
   kernel sources on the vector layer of the CPU at hand: `x86_avx2` (AVX2 + FMA + F16C, as a
-  VLEN-256 unit), `x86_avx512`, or `x86_amx` (extend's bf16 matrix products on AMX tiles);
+  VLEN-256 unit), `x86_avx512`, `x86_avx512_bf16` (bf16 dot products in decode's q.k and
+  extend's matrix products) or `x86_amx` (extend's bf16 matrix products on AMX tiles);
   section 3 names the one that ran - not the RVV code, against torch's x86 kernels (oneDNN
   and ATen's vectorised code for the same CPU). It shows that all three implementations
   agree on the same SGLang batches, and how much of torch_native's cost is structural (a
@@ -366,7 +367,8 @@ We have no RISC-V board. Every number here is a proxy:
   machine and code: decode 4.3x, extend 2.3x, bandwidth fraction 0.13-0.27): there
   torch_native's own decode is 4-6x faster than on the EPYC (torch's CPU capability
   AVX512; e.g. batch 16 / context 8192 over random rows 100 against 458 ms), so the
-  kernels' ratios are far lower although their own times are similar or better. Before
+  kernels' ratios are far lower although their own times are similar or better. Section 3
+  now holds a run on an AMD EPYC Zen 4 (kernels `x86_avx512_bf16`, see below). Before
   the `x86_avx2` variant existed, the EPYC ran the kernels' portable C++ path: extend
   0.17-0.19x torch_native, i.e. 5x slower, decode 2.0-2.2x (`--quick`, batch 1 and 4 /
   context 512); with it, extend 1.3-1.7x and decode
@@ -475,6 +477,37 @@ We have no RISC-V board. Every number here is a proxy:
   rows (13.4-14.2 against 13.0-13.4 ms) and faster over random ones (14.3-14.7 against
   16.4-17.3); on a 2-core Zen 4 (512-bit FMAs as two halves) ~20% slower over consecutive
   rows. The AVX-512 variants keep the AVX-512 form.
+- **Decode and extend on a Zen 4 with AVX512-BF16 (2026-12-02, section 3).** The next
+  session's host was a 2-core AMD EPYC Zen 4 (AVX-512 as two 256-bit halves, AVX512-BF16,
+  no AMX; `vdpbf16ps` measured at one zmm per cycle, 32 multiply-adds, twice the fp32 FMA
+  rate). There torch_native is slow again (batch 16 / context 8192 over random rows
+  276-344 ms) and its decode ratios are high. What changed: a variant `x86_avx512_bf16`
+  (partial, like `x86_amx`): decode's q.k of bf16 q over bf16 K rows by `vdpbf16ps` on the
+  rows as they are (up to 4 heads x 4 keys of accumulators per transpose-add, the scores
+  scaled after; no conversion or scratch), and extend's two matrix products by `vdpbf16ps`
+  on the AMX path's packed tiles (one tile row per zmm, 8 query rows x 32 columns of
+  accumulators, p as bf16 hi + lo as on AMX); every AVX-512 variant reads bf16 V rows of
+  whole 32s in pairs. Extend at batch 4 / context 2048 went from 189 ms (`x86_avx512`'s
+  generic products; `x86_avx2` 159 ms) to 92-98 ms, 4.2-4.4x torch_native (target 3x met);
+  decode with its rows in cache (one thread, batch 1 / context 2048) from 0.19-0.24 to
+  0.13-0.16 ms per call. The decode bandwidth fraction at context 8192 stays below 0.5:
+  0.29-0.41 in this run, 0.50-0.55 at batch 16 and batch 4 over consecutive rows and 0.49
+  at batch 16 over random rows in decode-only runs of the bench just before (the same code;
+  these VMs' memory is shared, and the same call varies 1.5x between minutes). A scratch
+  program that only reads the decode's rows (prefetching 8 keys ahead) reaches 18-24 GB/s
+  on two threads here, 0.7-0.9 of the copy bandwidth, and the kernel's compute with its
+  rows in cache is ~35 ns per key and KV head per thread, ~5 ms for batch 16 / context 8192
+  on two threads: the kernel's time from DRAM (~9-13 ms) is close to the sum of the two,
+  not their maximum. Tried and not kept (scratch program, alternating runs): q.k with the
+  keys in lanes (16 K rows transposed per 32 dims, no reduction: slower, the transposes'
+  cross-lane shuffles), prefetcht0 or prefetchnta instead of prefetcht1 (2x slower), blocks
+  of 32 or 128 keys, and two other prefetch schedules (the next block's lines asked for at
+  the pace of the block's work; the current block's V rows during q.k and the next block's
+  K rows during P.V): none better than shares of the next block's K rows over the q.k
+  passes and of its V rows over the P.V passes. Since this run the cache flush before a
+  timed decode call reads its buffer instead of writing it (see the method above): after a
+  write every implementation also paid the write-back of the dirty lines it evicted
+  (rvv_kernel batch 1 / context 8192: 1.25 against 0.91 ms).
 - A board result also depends on its memory system, thread count and clock, none of
   which these proxies contain.
 """
