@@ -27,10 +27,13 @@
 // 2048) a call's median went from 0.19-0.24 ms (the AVX-512 form) to
 // 0.13-0.16, and at B16 / context 8192 over random rows in DRAM (two threads,
 // 2 MiB pages, 960 MiB written before each call) the fastest of 9 calls from
-// 14.5-16.3 to 9.2-10.2 ms. Tried there and not kept: q.k with the keys in lanes (each 32-
-// dim chunk of 16 K rows transposed, q pairs broadcast: no reduction, but the
-// transposes' cross-lane shuffles made it 0.15-0.18 ms); prefetcht0 (2x
-// slower) and prefetchnta (2x slower) instead of prefetcht1; key blocks of 32
+// 14.5-16.3 to 9.2-10.2 ms. Tried there and not kept: q.k with the keys in
+// lanes (each 32-dim chunk of 16 K rows transposed, q pairs broadcast: no
+// reduction, but the transposes' cross-lane shuffles made it 0.15-0.18 ms);
+// the dot products on ymm (8 lanes, 2 or 4 heads per 8-to-1 transpose-add:
+// 0.143-0.156 against 0.138 ms); 2 or 6 heads per pass instead of 4 (slower);
+// prefetcht0 (2x slower) and prefetchnta (2x slower) instead of prefetcht1;
+// key blocks of 32
 // and 128 (no better than 64); the next block's lines asked for at the pace of
 // the block's work, or the current block's V rows during q.k and the next
 // block's K rows during P.V, instead of shares of the K rows over the q.k
