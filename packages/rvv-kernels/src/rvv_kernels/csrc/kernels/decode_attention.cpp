@@ -782,8 +782,20 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
   sc.m.assign(static_cast<std::size_t>(group), kNegInf);
   sc.l.assign(static_cast<std::size_t>(group), 0.0f);
 
+#if defined(RVVK_VEC_AVX512)
+  // The bf16 dot products take q as it is (bf16) and scale the scores instead.
+  const bool dot = x86::uses_dot<TQ, TKV>(dim);
+  if (dot) sc.qb.resize(static_cast<std::size_t>(group * dim));
+#endif
   for (std::int64_t g = 0; g < group; ++g) {
-    const TQ* src = at<TQ>(a.q, b * a.q_stride_b + (kvh * group + g) * a.q_stride_h);
+    const std::int64_t q_off = b * a.q_stride_b + (kvh * group + g) * a.q_stride_h;
+#if defined(RVVK_VEC_AVX512)
+    if (dot) {
+      std::copy_n(at<bf16>(a.q, q_off), dim, sc.qb.data() + g * dim);
+      continue;
+    }
+#endif
+    const TQ* src = at<TQ>(a.q, q_off);
     float* dst = sc.q.data() + g * dim;
     for (std::int64_t i = 0; i < dim;) {
       const std::size_t vl = F::setvl(static_cast<std::size_t>(dim - i));
@@ -794,16 +806,6 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
     if (x86::uses_pairs<TKV>(dim)) to_pairs<16>(dst, dim);
 #endif
   }
-#if defined(RVVK_VEC_AVX512)
-  // The bf16 dot products take q as it is (bf16) and scale the scores instead.
-  const bool dot = x86::uses_dot<TQ, TKV>(dim);
-  if (dot) {
-    sc.qb.resize(static_cast<std::size_t>(group * dim));
-    for (std::int64_t g = 0; g < group; ++g)
-      std::copy_n(at<bf16>(a.q, b * a.q_stride_b + (kvh * group + g) * a.q_stride_h), dim,
-                  sc.qb.data() + g * dim);
-  }
-#endif
 
   const KvCache& c = a.cache;
   // int8 caches carry a scale per token and KV head, applied to the scores (K)
