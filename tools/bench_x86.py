@@ -18,11 +18,11 @@ server's allocator hands them out, free rows in order):
   i.e. ``torch.ops.sgl_kernel.decode_attention_cpu`` / ``extend_attention_cpu``; on x86 the
   kernels' ``x86_amx`` variant where the CPU has AMX (extend's bf16 matrix products on AMX
   tiles, the rest as ``x86_avx512_bf16``), ``x86_avx512_bf16`` where it has AVX512-BF16
-  (decode's bf16 q.k by dot products, the rest as ``x86_avx512``), ``x86_avx512`` where it
-  has AVX-512 (the same kernel sources on the AVX-512 vector layer), ``x86_avx2`` where it
-  has AVX2 + FMA + F16C (on the AVX2 vector layer), else their portable path (plain C++
-  emulating a 256-bit vector unit); the JSON's ``machine.rvv_ops_build.active_variant`` says
-  which ran.
+  (bf16 dot products in decode's q.k and extend's matrix products, the rest as
+  ``x86_avx512``), ``x86_avx512`` where it has AVX-512 (the same kernel sources on the
+  AVX-512 vector layer), ``x86_avx2`` where it has AVX2 + FMA + F16C (on the AVX2 vector
+  layer), else their portable path (plain C++ emulating a 256-bit vector unit); the JSON's
+  ``machine.rvv_ops_build.active_variant`` says which ran.
 
 Decode: one new token per request after ``context - 1`` cached ones (the new K/V are written
 at their rows, then attended with the other ``context - 1``). Extend: ``min(512, context)``

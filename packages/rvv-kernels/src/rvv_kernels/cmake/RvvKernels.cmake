@@ -38,6 +38,13 @@ set(RVVK_PARTIAL_SOURCES_x86_avx512_bf16 "${RVVK_SOURCE_DIR}/kernels/decode_atte
     "${RVVK_SOURCE_DIR}/kernels/extend_attention.cpp")
 set(RVVK_PARTIAL_SOURCES_x86_amx "${RVVK_SOURCE_DIR}/kernels/extend_attention.cpp")
 
+# Sets the cache variable <var> to whether the compiler builds <source> with the
+# flags that follow (each argument a flag or a space-separated string of them).
+function(rvvk_probe var source)
+  string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${ARGN}")
+  check_cxx_source_compiles("${source}" ${var})
+endfunction()
+
 option(RVVK_ENABLE_RVV "Compile the RVV variants when targeting riscv64" ON)
 option(RVVK_ENABLE_ZVFH "Compile the RVV+Zvfh variant when the compiler supports it" ON)
 option(RVVK_ENABLE_X86 "Compile the x86_avx2 and x86_avx512 variants when targeting x86-64" ON)
@@ -58,9 +65,7 @@ int main() { float x[4] = {1, 2, 3, 4}; size_t vl = __riscv_vsetvl_e32m1(4);
   vfloat32m1_t v = __riscv_vle32_v_f32m1(x, vl);
   vfloat32m1_t z = __riscv_vfmv_v_f_f32m1(0.0f, 1);
   return (int)__riscv_vfmv_f_s_f32m1_f32(__riscv_vfredusum_vs_f32m1_f32m1(v, z, vl)); }")
-    set(CMAKE_REQUIRED_FLAGS "-march=rv64gcv")
-    check_cxx_source_compiles("${_rvvk_probe_v}" RVVK_COMPILER_HAS_RVV)
-    unset(CMAKE_REQUIRED_FLAGS)
+    rvvk_probe(RVVK_COMPILER_HAS_RVV "${_rvvk_probe_v}" -march=rv64gcv)
     if(NOT RVVK_COMPILER_HAS_RVV)
       message(FATAL_ERROR
         "rvv-kernels: ${CMAKE_CXX_COMPILER} cannot compile RVV 1.0 intrinsics (__riscv_ prefix) "
@@ -77,9 +82,7 @@ int main() { _Float16 h[2] = {1, 2}; float f[2]; size_t vl = __riscv_vsetvl_e16m
   return (int)f[1]; }")
       foreach(_flags "-march=rv64gcv_zfh_zvfh" "-march=rv64gcv_zfh_zvfh0p1 -menable-experimental-extensions")
         string(MAKE_C_IDENTIFIER "RVVK_ZVFH_${_flags}" _var)
-        set(CMAKE_REQUIRED_FLAGS "${_flags}")
-        check_cxx_source_compiles("${_rvvk_probe_zvfh}" ${_var})
-        unset(CMAKE_REQUIRED_FLAGS)
+        rvvk_probe(${_var} "${_rvvk_probe_zvfh}" "${_flags}")
         if(${_var})
           list(APPEND RVVK_VARIANTS rvv_zvfh)
           separate_arguments(RVVK_FLAGS_rvv_zvfh UNIX_COMMAND "${_flags}")
@@ -100,9 +103,7 @@ int main() { float x[8] = {1}; __m256 v = _mm256_maskload_ps(x, _mm256_set1_epi3
   __m256 h = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)x));
   __m256i i = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)x));
   return _mm256_extract_epi32(i, 0) + (int)_mm256_cvtss_f32(_mm256_fmadd_ps(v, h, v)); }")
-  string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${_rvvk_avx2_flags}")
-  check_cxx_source_compiles("${_rvvk_probe_avx2}" RVVK_COMPILER_HAS_AVX2)
-  unset(CMAKE_REQUIRED_FLAGS)
+  rvvk_probe(RVVK_COMPILER_HAS_AVX2 "${_rvvk_probe_avx2}" ${_rvvk_avx2_flags})
   if(RVVK_COMPILER_HAS_AVX2)
     list(APPEND RVVK_VARIANTS x86_avx2)
     # -ffp-contract=off: see x86_avx512 below.
@@ -118,9 +119,7 @@ int main() { float x[16] = {1}; __m512 v = _mm512_maskz_loadu_ps(0x3, x);
   __m256i h = _mm256_maskz_loadu_epi16(0x3, x); __m128i b = _mm_maskz_loadu_epi8(0x3, x);
   return (int)_mm512_reduce_add_ps(_mm512_add_ps(v, _mm512_cvtph_ps(h)))
          + _mm_extract_epi8(b, 0); }")
-  string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${_rvvk_avx512_flags}")
-  check_cxx_source_compiles("${_rvvk_probe_avx512}" RVVK_COMPILER_HAS_AVX512)
-  unset(CMAKE_REQUIRED_FLAGS)
+  rvvk_probe(RVVK_COMPILER_HAS_AVX512 "${_rvvk_probe_avx512}" ${_rvvk_avx512_flags})
   if(RVVK_COMPILER_HAS_AVX512)
     list(APPEND RVVK_VARIANTS x86_avx512)
     # No contraction of separate multiplies and adds into FMAs (GCC fuses even the
@@ -132,9 +131,7 @@ int main() { float x[16] = {1}; __m512 v = _mm512_maskz_loadu_ps(0x3, x);
 #include <immintrin.h>
 int main() { float x[16] = {1}; __m512bh p = (__m512bh)_mm512_loadu_si512(x);
   return (int)_mm512_reduce_add_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), p, p)); }")
-    string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${_rvvk_bf16_flags}")
-    check_cxx_source_compiles("${_rvvk_probe_bf16}" RVVK_COMPILER_HAS_AVX512_BF16)
-    unset(CMAKE_REQUIRED_FLAGS)
+    rvvk_probe(RVVK_COMPILER_HAS_AVX512_BF16 "${_rvvk_probe_bf16}" ${_rvvk_bf16_flags})
     if(RVVK_COMPILER_HAS_AVX512_BF16)
       list(APPEND RVVK_VARIANTS x86_avx512_bf16)
       set(RVVK_FLAGS_x86_avx512_bf16 ${_rvvk_bf16_flags} -ffp-contract=off -DRVVK_VEC_AVX512=1)
@@ -150,11 +147,9 @@ int main() { alignas(64) unsigned char cfg[64] = {1}; float x[32] = {1};
   _tile_loadd(2, x, 64); _tile_dpbf16ps(0, 1, 2); _tile_stored(0, x, 64); _tile_release();
   __m512bh p = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x), _mm512_loadu_ps(x));
   return (int)x[0] + (int)_mm512_reduce_add_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), p, p)); }")
-    string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${_rvvk_amx_flags}")
     if(RVVK_COMPILER_HAS_AVX512_BF16)  # x86_amx builds on x86_avx512_bf16
-      check_cxx_source_compiles("${_rvvk_probe_amx}" RVVK_COMPILER_HAS_AMX)
+      rvvk_probe(RVVK_COMPILER_HAS_AMX "${_rvvk_probe_amx}" ${_rvvk_amx_flags})
     endif()
-    unset(CMAKE_REQUIRED_FLAGS)
     if(RVVK_COMPILER_HAS_AMX)
       list(APPEND RVVK_VARIANTS x86_amx)
       set(RVVK_FLAGS_x86_amx ${_rvvk_amx_flags} -ffp-contract=off -DRVVK_VEC_AVX512=1
