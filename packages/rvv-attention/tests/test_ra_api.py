@@ -288,7 +288,18 @@ def test_decode_uses_the_pool_with_stable_pointers(monkeypatch: pytest.MonkeyPat
 
 @pytest.mark.parametrize(
     ("batch", "kv_heads", "threads", "splits"),
-    [(1, 1, 1, 2), (1, 2, 8, 8), (1, 1, 64, 16), (64, 8, 8, 1), (3, 2, 2, 1), (1, 2, 2, 2)],
+    # stage-1 tasks = batch * ceil(kv_heads / 2) * splits, about two per thread
+    [
+        (1, 1, 1, 2),
+        (1, 2, 8, 16),
+        (1, 3, 8, 8),
+        (1, 1, 64, 16),
+        (64, 8, 8, 1),
+        (3, 2, 2, 2),
+        (4, 2, 2, 1),
+        (1, 2, 2, 4),
+        (2, 5, 4, 2),
+    ],
 )
 def test_num_splits(batch: int, kv_heads: int, threads: int, splits: int) -> None:
     assert ra.num_splits(batch, kv_heads, threads) == splits

@@ -66,10 +66,11 @@ scratch = ScratchPool()
 def num_splits(batch: int, kv_heads: int, threads: int) -> int:
     """How many ways the decode kernel splits each request's keys.
 
-    Stage 1 runs ``batch * kv_heads * num_splits`` tasks; this aims at two tasks per thread
+    Stage 1 runs ``batch * ceil(kv_heads / 2) * num_splits`` tasks (a task takes a pair of
+    KV heads: rvv-kernels' ``kDecodeKvHeadsPerTask``); this aims at two tasks per thread
     and caps the split count at 16 (each split's partial result costs a merge). It depends
     on the shape and the thread count only, never on sequence lengths, so the scratch shape
     (and pointer) is stable for a captured batch size.
     """
-    work = max(1, batch * kv_heads)
+    work = max(1, batch * -(-kv_heads // 2))
     return max(1, min(16, -(-2 * max(1, threads) // work)))

@@ -172,10 +172,12 @@ void run_case(rvvk_test::Context& ctx, const Case& c, std::uint64_t seed) {
 RVVK_TEST(decode_attention_head_sizes_and_gqa) {
   // head sizes off the vector width (20 / 12: 8-lane tails on AVX2); groups of
   // 1 to 10 query heads per KV head (AVX2 takes up to 6 heads at a time, so 7,
-  // 8, 9 and 10 split as 6 + 1, 6 + 2, 6 + 3 and 6 + 4 and 5 is its own form)
+  // 8, 9 and 10 split as 6 + 1, 6 + 2, 6 + 3 and 6 + 4 and 5 is its own form);
+  // odd KV head counts (3, 5), whose last task has one KV head, not a pair
   const std::int64_t dims[][2] = {{16, 16}, {20, 12}, {64, 64}, {80, 80},
                                   {96, 64}, {128, 128}, {256, 256}};
-  const std::int64_t heads[][2] = {{12, 2}, {7, 1}, {4, 4}, {8, 1}, {14, 2}, {10, 2}, {9, 1}, {20, 2}};
+  const std::int64_t heads[][2] = {{12, 2}, {7, 1}, {4, 4}, {8, 1}, {14, 2},
+                                   {10, 2}, {9, 1}, {20, 2}, {15, 3}, {5, 5}};
   std::uint64_t seed = 10;
   for (auto& dm : dims)
     for (auto& hd : heads)

@@ -1,8 +1,20 @@
 // Split-KV decode attention over an indexed KV cache (see DecodeAttentionArgs).
 //
-// Stage 1, per (request, KV head, split): the query heads of the KV head's
-// group are handled together so each K and V row is loaded once per group of
-// up to 4 heads. Keys are taken in blocks of kBlock: scores for the block
+// Stage 1, per (request, split, pair of KV heads: kDecodeKvHeadsPerTask): the
+// query heads of a KV head's group are handled together so each K and V row is
+// loaded once per group of up to 4 heads, and the pair's two KV heads take each
+// block of keys in turn, so their pieces of a cache row (adjacent in SGLang's
+// [tokens, kv_heads, dim] pools) are read one block apart, not a whole split
+// apart.
+// On a 2-core Zen 3 (x86_avx2; context 8192, bf16, two threads, 2 MiB pages,
+// 64 MiB read before each call, the calls of both builds interleaved in one
+// process, medians of 15-21) against one KV head per task: B16 over random rows
+// 23.8 -> 21.0 and 21.8 -> 21.0 ms in two runs, over consecutive rows 14.8 ->
+// 15.0 and 24.5 -> 20.1 (the host's memory was slower in the second run), B4
+// random 6.20 -> 5.67, B1 random 1.73 -> 1.53. Tried there and not kept: the
+// pair's first head prefetching both heads' rows (512 bytes) and the second
+// none (B16 random 29.9 ms); the V rows prefetched with the K rows during q.k
+// (25.5 ms). Keys are taken in blocks of kBlock: scores for the block
 // (q . k, one vector reduction per key and head), optional tanh logit cap,
 // online softmax (vector exp), then P.V accumulated in fp32. On x86 (AVX-512
 // and AVX2) the two products have their own forms (namespace x86 below): on
@@ -760,13 +772,21 @@ Scratch& scratch() {
   return s;
 }
 
+constexpr std::int64_t kKvPerTask = kDecodeKvHeadsPerTask;
+
+// One task: request b, split `split`, KV heads [kv0, kv0 + nkv) (nkv <=
+// kKvPerTask). The KV heads take each key block in turn, so a cache row's pieces
+// of these heads are fetched one block apart at most, not a whole split apart.
 template <class TQ, class TKV>
 void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
   const std::int64_t splits = a.num_splits, hkv = a.num_kv_heads;
-  const std::int64_t b = task / (hkv * splits);
-  const std::int64_t kvh = (task / splits) % hkv;
+  const std::int64_t kv_groups = decode_attention_kv_groups(a);
+  const std::int64_t b = task / (kv_groups * splits);
+  const std::int64_t kv0 = (task / splits) % kv_groups * kKvPerTask;
+  const std::int64_t nkv = std::min(kKvPerTask, hkv - kv0);
   const std::int64_t split = task % splits;
   const std::int64_t group = a.num_heads / hkv;
+  const std::int64_t heads = nkv * group;  // query heads kv0 * group + [0, heads)
   const std::int64_t dim = a.head_dim, dim_v = a.head_dim_v;
 
   const std::int64_t len = a.seq_lens[b];
@@ -776,19 +796,19 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
   const std::int64_t hi = std::min(len, lo + per_split);
 
   Scratch& sc = scratch();
-  sc.q.resize(static_cast<std::size_t>(group * dim));
-  sc.acc.assign(static_cast<std::size_t>(group * dim_v), 0.0f);
+  sc.q.resize(static_cast<std::size_t>(heads * dim));
+  sc.acc.assign(static_cast<std::size_t>(heads * dim_v), 0.0f);
   sc.scores.resize(static_cast<std::size_t>(group * kBlock));
-  sc.m.assign(static_cast<std::size_t>(group), kNegInf);
-  sc.l.assign(static_cast<std::size_t>(group), 0.0f);
+  sc.m.assign(static_cast<std::size_t>(heads), kNegInf);
+  sc.l.assign(static_cast<std::size_t>(heads), 0.0f);
 
 #if defined(RVVK_VEC_AVX512)
   // The bf16 dot products take q as it is (bf16) and scale the scores instead.
   const bool dot = x86::uses_dot<TQ, TKV>(dim);
-  if (dot) sc.qb.resize(static_cast<std::size_t>(group * dim));
+  if (dot) sc.qb.resize(static_cast<std::size_t>(heads * dim));
 #endif
-  for (std::int64_t g = 0; g < group; ++g) {
-    const std::int64_t q_off = b * a.q_stride_b + (kvh * group + g) * a.q_stride_h;
+  for (std::int64_t g = 0; g < heads; ++g) {
+    const std::int64_t q_off = b * a.q_stride_b + (kv0 * group + g) * a.q_stride_h;
 #if defined(RVVK_VEC_AVX512)
     if (dot) {
       std::copy_n(at<bf16>(a.q, q_off), dim, sc.qb.data() + g * dim);
@@ -812,108 +832,127 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
   // and to the probabilities after the softmax sums (V).
   constexpr bool kPerToken = std::is_same_v<TKV, std::int8_t>;
   const std::int64_t req = a.req_pool_indices[b];
-  float kscale[kBlock], vscale[kBlock];
-  // Row pointers of the current block ([0, kBlock)) and of the next one
-  // ([kBlock, 2 kBlock)), moved down after each block.
-  const TKV* kb[2 * kBlock];
-  const TKV* vb[2 * kBlock];
+  float kscale[kKvPerTask][kBlock], vscale[kKvPerTask][kBlock];
+  // Per KV head, the row pointers of the current block ([0, kBlock)) and of the
+  // next one ([kBlock, 2 kBlock)), moved down after each block.
+  const TKV* kb[kKvPerTask][2 * kBlock];
+  const TKV* vb[kKvPerTask][2 * kBlock];
   std::int64_t ready = 0;  // rows of the current block already in kb/vb
-  // This KV head's K and V rows of positions [p0, p0 + n).
-  auto rows_of = [&](std::int64_t p0, std::int64_t n, const TKV** kr, const TKV** vr) {
-    for (std::int64_t j = 0; j < n; ++j) {
-      const std::int64_t row = cache_row(c, req, p0 + j);
-      kr[j] = at<TKV>(c.k, row * c.k_stride_t + kvh * c.k_stride_h);
-      vr[j] = at<TKV>(c.v, row * c.v_stride_t + kvh * c.v_stride_h);
+  // The KV heads' K and V rows of positions [p0, p0 + n) (n <= kBlock), at
+  // [off, off + n). Loops over j innermost, which the compilers vectorise (RVV:
+  // with the heads innermost the decode bench case retired 2.5% more
+  // instructions at VLEN 256).
+  auto rows_of = [&](std::int64_t p0, std::int64_t n, std::int64_t off) {
+    std::int64_t rows[kBlock];
+    for (std::int64_t j = 0; j < n; ++j) rows[j] = cache_row(c, req, p0 + j);
+    for (std::int64_t h = 0; h < nkv; ++h) {
+      const std::int64_t kh = (kv0 + h) * c.k_stride_h, vh = (kv0 + h) * c.v_stride_h;
+      for (std::int64_t j = 0; j < n; ++j) {
+        kb[h][off + j] = at<TKV>(c.k, rows[j] * c.k_stride_t + kh);
+        vb[h][off + j] = at<TKV>(c.v, rows[j] * c.v_stride_t + vh);
+      }
     }
   };
   const std::int64_t k_bytes = dim * static_cast<std::int64_t>(sizeof(TKV));
   const std::int64_t v_bytes = dim_v * static_cast<std::int64_t>(sizeof(TKV));
   for (std::int64_t t0 = lo; t0 < hi; t0 += kBlock) {
     const std::int64_t nb = std::min(kBlock, hi - t0);
-    if (ready < nb) rows_of(t0 + ready, nb - ready, kb + ready, vb + ready);
+    if (ready < nb) rows_of(t0 + ready, nb - ready, ready);
     if constexpr (kPerToken) {
       for (std::int64_t j = 0; j < nb; ++j) {
         const std::int64_t row = cache_row(c, req, t0 + j);
-        kscale[j] = c.k_scales[row * c.scales_stride + kvh];
-        vscale[j] = c.v_scales[row * c.scales_stride + kvh];
+        for (std::int64_t h = 0; h < nkv; ++h) {
+          kscale[h][j] = c.k_scales[row * c.scales_stride + kv0 + h];
+          vscale[h][j] = c.v_scales[row * c.scales_stride + kv0 + h];
+        }
       }
     }
     // The next block's rows, to prefetch (none where the target cannot).
     const std::int64_t next =
         detail::kCanPrefetch ? std::clamp<std::int64_t>(hi - t0 - kBlock, 0, kBlock) : 0;
-    rows_of(t0 + kBlock, next, kb + kBlock, vb + kBlock);
+    rows_of(t0 + kBlock, next, kBlock);
+    for (std::int64_t h = 0; h < nkv; ++h) {
+      const TKV* const* kr = kb[h];
+      const TKV* const* vr = vb[h];
+      float* const acc = sc.acc.data() + h * group * dim_v;
+      float* const m = sc.m.data() + h * group;
+      float* const l = sc.l.data() + h * group;
 #if defined(RVVK_VEC_AVX2)
-    // AVX2: the K product asks for the K row kAhead keys ahead of the one it
-    // is on (into the next block at its end), the V product for the next
-    // block's V rows spread over its passes: requests evenly spread over the
-    // block, each well ahead of its use. (A whole block's rows at once, a
-    // block ahead, as below, kept the decode at about half the rate at which
-    // this machine streams such rows.)
-    if (t0 == lo) {  // nothing prefetched the first rows
-      for (std::int64_t j = 0; j < std::min(nb, kAhead); ++j) detail::prefetch(kb[j], k_bytes);
-      for (std::int64_t j = 0; j < nb; ++j) detail::prefetch(vb[j], v_bytes);
-    }
-    const Prefetch<TKV> pf_k{k_bytes, v_bytes, kb, nullptr, nb + next, kAhead};
-    const Prefetch<TKV> pf_v{k_bytes, v_bytes, nullptr, vb + kBlock, next, 0};
-    x86::qk_block(sc.q.data(), dim, group, kb, nb, sc.scores.data(), pf_k, sc.kf);
-#else
-    const Prefetch<TKV> pf{k_bytes, v_bytes, kb + kBlock, vb + kBlock, next, 0};
-    if (detail::kCanPrefetch && t0 == lo) {  // nothing prefetched the first block
-      for (std::int64_t j = 0; j < nb; ++j) {
-        detail::prefetch(kb[j], k_bytes);
-        detail::prefetch(vb[j], v_bytes);
+      // AVX2: the K product asks for the K row kAhead keys ahead of the one it
+      // is on (into the next block at its end), the V product for the next
+      // block's V rows spread over its passes: requests evenly spread over the
+      // block, each well ahead of its use. (A whole block's rows at once, a
+      // block ahead, as below, kept the decode at about half the rate at which
+      // this machine streams such rows.)
+      if (t0 == lo) {  // nothing prefetched the first rows
+        for (std::int64_t j = 0; j < std::min(nb, kAhead); ++j) detail::prefetch(kr[j], k_bytes);
+        for (std::int64_t j = 0; j < nb; ++j) detail::prefetch(vr[j], v_bytes);
       }
-    }
+      const Prefetch<TKV> pf_k{k_bytes, v_bytes, kr, nullptr, nb + next, kAhead};
+      const Prefetch<TKV> pf_v{k_bytes, v_bytes, nullptr, vr + kBlock, next, 0};
+      x86::qk_block(sc.q.data() + h * group * dim, dim, group, kr, nb, sc.scores.data(), pf_k,
+                    sc.kf);
+#else
+      const Prefetch<TKV> pf{k_bytes, v_bytes, kr + kBlock, vr + kBlock, next, 0};
+      if (detail::kCanPrefetch && t0 == lo) {  // nothing prefetched the first block
+        for (std::int64_t j = 0; j < nb; ++j) {
+          detail::prefetch(kr[j], k_bytes);
+          detail::prefetch(vr[j], v_bytes);
+        }
+      }
+      const float* const qf = sc.q.data() + h * group * dim;
 #if defined(RVVK_VEC_AVX512)
-    // The dot products spread the next block's K rows over their passes and
-    // the V product its V rows; the other form asks for both during its K
-    // conversion.
-    const Prefetch<TKV> pf_k{k_bytes, v_bytes, kb + kBlock, nullptr, next, 0};
-    const Prefetch<TKV> pf_v{k_bytes, v_bytes, nullptr, vb + kBlock, next, 0};
+      // The dot products spread the next block's K rows over their passes and
+      // the V product its V rows; the other form asks for both during its K
+      // conversion.
+      const Prefetch<TKV> pf_k{k_bytes, v_bytes, kr + kBlock, nullptr, next, 0};
+      const Prefetch<TKV> pf_v{k_bytes, v_bytes, nullptr, vr + kBlock, next, 0};
 #if defined(__AVX512BF16__)
-    if constexpr (std::is_same_v<TQ, bf16> && std::is_same_v<TKV, bf16>) {
-      if (dot)
-        x86::qk_block_dot(sc.qb.data(), dim, group, kb, nb, sc.scores.data(),
-                          a.sm_scale * a.cache.k_scale, pf_k);
-      else
-        x86::qk_block(sc.q.data(), dim, group, kb, nb, sc.scores.data(), pf, sc.kf);
-    } else
+      if constexpr (std::is_same_v<TQ, bf16> && std::is_same_v<TKV, bf16>) {
+        if (dot)
+          x86::qk_block_dot(sc.qb.data() + h * group * dim, dim, group, kr, nb, sc.scores.data(),
+                            a.sm_scale * a.cache.k_scale, pf_k);
+        else
+          x86::qk_block(qf, dim, group, kr, nb, sc.scores.data(), pf, sc.kf);
+      } else
 #endif
-    {
-      x86::qk_block(sc.q.data(), dim, group, kb, nb, sc.scores.data(), pf, sc.kf);
-    }
+      {
+        x86::qk_block(qf, dim, group, kr, nb, sc.scores.data(), pf, sc.kf);
+      }
 #else
-    for_head_groups<4>(group, [&](auto ng, std::int64_t g0) {
-      qk_heads<decltype(ng)::value>(sc.q.data(), dim, kb, nb, sc.scores.data(), g0,
-                                    g0 == 0 ? &pf : nullptr);
-    });
+      for_head_groups<4>(group, [&](auto ng, std::int64_t g0) {
+        qk_heads<decltype(ng)::value>(qf, dim, kr, nb, sc.scores.data(), g0,
+                                      g0 == 0 ? &pf : nullptr);
+      });
 #endif
 #endif
-    for (std::int64_t g = 0; g < group; ++g) {
-      float* s = sc.scores.data() + g * kBlock;
-      if constexpr (kPerToken) mul_rows(s, kscale, nb);
-      const float alpha = softmax_block(s, nb, a.logit_cap, sc.m[static_cast<std::size_t>(g)],
-                                        sc.l[static_cast<std::size_t>(g)]);
-      if constexpr (kPerToken) mul_rows(s, vscale, nb);
-      if (alpha != 1.0f) scale_row(sc.acc.data() + g * dim_v, dim_v, alpha);
-    }
+      for (std::int64_t g = 0; g < group; ++g) {
+        float* s = sc.scores.data() + g * kBlock;
+        if constexpr (kPerToken) mul_rows(s, kscale[h], nb);
+        const float alpha = softmax_block(s, nb, a.logit_cap, m[g], l[g]);
+        if constexpr (kPerToken) mul_rows(s, vscale[h], nb);
+        if (alpha != 1.0f) scale_row(acc + g * dim_v, dim_v, alpha);
+      }
 #if defined(RVVK_VEC_AVX2)
-    x86::pv_block(sc.acc.data(), dim_v, group, vb, nb, sc.scores.data(), pf_v);
+      x86::pv_block(acc, dim_v, group, vr, nb, sc.scores.data(), pf_v);
 #elif defined(RVVK_VEC_AVX512)
-    x86::pv_block(sc.acc.data(), dim_v, group, vb, nb, sc.scores.data(), dot ? &pf_v : nullptr);
+      x86::pv_block(acc, dim_v, group, vr, nb, sc.scores.data(), dot ? &pf_v : nullptr);
 #else
-    for_head_groups<4>(group, [&](auto ng, std::int64_t g0) {
-      pv_heads<decltype(ng)::value>(sc.acc.data(), dim_v, vb, nb, sc.scores.data(), g0);
-    });
+      for_head_groups<4>(group, [&](auto ng, std::int64_t g0) {
+        pv_heads<decltype(ng)::value>(acc, dim_v, vr, nb, sc.scores.data(), g0);
+      });
 #endif
-    std::copy_n(kb + kBlock, next, kb);
-    std::copy_n(vb + kBlock, next, vb);
+    }
+    for (std::int64_t h = 0; h < nkv; ++h) {
+      std::copy_n(kb[h] + kBlock, next, kb[h]);
+      std::copy_n(vb[h] + kBlock, next, vb[h]);
+    }
     ready = next;
   }
 
-  for (std::int64_t g = 0; g < group; ++g) {
-    const std::int64_t h = kvh * group + g;
-    float* out = a.partial + ((b * a.num_heads + h) * splits + split) * (dim_v + 1);
+  for (std::int64_t g = 0; g < heads; ++g) {
+    const std::int64_t hq = kv0 * group + g;
+    float* out = a.partial + ((b * a.num_heads + hq) * splits + split) * (dim_v + 1);
     const float l = sc.l[static_cast<std::size_t>(g)];
     if (l > 0.0f) {
       std::copy_n(sc.acc.data() + g * dim_v, dim_v, out);

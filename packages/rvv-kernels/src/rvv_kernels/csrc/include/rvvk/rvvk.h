@@ -45,7 +45,8 @@ struct KvCache {
 // token per request attends to the cached keys of its request. Split-KV
 // ("flash-decoding"): decode_attention_partial computes, per (request, KV head,
 // split), the softmax-weighted V of its share of the keys for every query head
-// of the group into `partial`; decode_attention_merge combines the splits.
+// of the group into `partial` (one task per request, split and pair of KV heads:
+// kDecodeKvHeadsPerTask); decode_attention_merge combines the splits.
 // Strides are in elements. Results do not depend on how tasks are spread over
 // threads.
 struct DecodeAttentionArgs {
@@ -71,8 +72,15 @@ struct DecodeAttentionArgs {
   std::int64_t window = 0;       // > 0: attend only to the last `window` keys
   const float* sinks = nullptr;  // [num_heads] or null: logit added to each softmax denominator
 };
+// A stage-1 task covers up to this many consecutive KV heads of one request and
+// split, taking their key blocks in turn, so the heads' pieces of a cache row
+// (adjacent in SGLang's [tokens, kv_heads, dim] layout) are read close together.
+inline constexpr std::int64_t kDecodeKvHeadsPerTask = 2;
+inline std::int64_t decode_attention_kv_groups(const DecodeAttentionArgs& a) {
+  return (a.num_kv_heads + kDecodeKvHeadsPerTask - 1) / kDecodeKvHeadsPerTask;
+}
 inline std::int64_t decode_attention_partial_tasks(const DecodeAttentionArgs& a) {
-  return a.batch * a.num_kv_heads * a.num_splits;
+  return a.batch * decode_attention_kv_groups(a) * a.num_splits;
 }
 inline std::int64_t decode_attention_merge_tasks(const DecodeAttentionArgs& a) {
   return a.batch * a.num_heads;
