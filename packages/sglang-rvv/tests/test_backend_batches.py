@@ -972,7 +972,13 @@ def test_cpu_graph_hooks_match_eager(dtype, impl):
         out2 = backend.forward_decode(gq, gk, gv, layer, gfb)
         assert torch.equal(out, out2)
         results.append(out[:3])
-    torch.testing.assert_close(results[1], results[0], atol=0, rtol=0)
+    # Bit-identical where the padded batch splits the keys as many ways as the eager one
+    # (rvv_attention.num_splits depends on the batch size); else the splits' partial results
+    # merge in another order, which may change the last bits of fp32 sums.
+    threads = torch.get_num_threads()
+    same_splits = ra.num_splits(3, kw["hkv"], threads) == ra.num_splits(5, kw["hkv"], threads)
+    tol = 0.0 if same_splits else {torch.float32: 1e-5, torch.float16: 1e-3}.get(dtype, 8e-3)
+    torch.testing.assert_close(results[1], results[0], atol=tol, rtol=tol)
 
 
 # ------------------------------------------------------------------ KV cache pages
