@@ -303,6 +303,33 @@ def test_decode_uses_the_pool_with_stable_pointers(monkeypatch: pytest.MonkeyPat
 )
 def test_num_splits(batch: int, kv_heads: int, threads: int, splits: int) -> None:
     assert ra.num_splits(batch, kv_heads, threads) == splits
+    assert ra.num_splits(batch, kv_heads, threads, kv_heads_per_task=2) == splits
+
+
+@pytest.mark.parametrize(
+    ("batch", "kv_heads", "threads", "per_task", "splits"),
+    [(1, 2, 2, 1, 2), (2, 8, 4, 1, 1), (1, 8, 8, 4, 8), (1, 5, 8, 4, 8), (3, 5, 2, 3, 1)],
+)
+def test_num_splits_per_task(
+    batch: int, kv_heads: int, threads: int, per_task: int, splits: int
+) -> None:
+    assert ra.num_splits(batch, kv_heads, threads, kv_heads_per_task=per_task) == splits
+
+
+def test_num_splits_follows_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    info = _kernel.build_info()
+    assert info is not None, "rvv_ops must be importable here"
+    assert _kernel.decode_kv_heads_per_task() == info["decode_kv_heads_per_task"]
+    # Kernels that take 4 KV heads per task: the default follows them.
+    _kernel.reset()
+    monkeypatch.setattr(_kernel, "build_info", lambda: {**info, "decode_kv_heads_per_task": 4})
+    assert ra.num_splits(1, 8, 8) == 8  # 2 groups of 4 heads: 8 splits for 2 tasks a thread
+    # Without kernels (or a build that does not say), DEFAULT_KV_HEADS_PER_TASK.
+    _kernel.reset()
+    monkeypatch.setattr(_kernel, "build_info", lambda: None)
+    assert _kernel.decode_kv_heads_per_task() == ra.DEFAULT_KV_HEADS_PER_TASK == 2
+    with pytest.raises(ValueError, match="kv_heads_per_task=0; expected >= 1"):
+        ra.num_splits(1, 2, 2, kv_heads_per_task=0)
 
 
 # -- attention() ---------------------------------------------------------------------------

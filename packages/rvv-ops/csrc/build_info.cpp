@@ -63,6 +63,7 @@ std::string build_info() {
     << ", \"supported_variants\": " << json_list(compiled, supported)
     << ", \"active_variant\": " << json_string(rvvk::active_variant())
     << ", \"variant_error\": " << json_string(rvvk::variant_error())
+    << ", \"decode_kv_heads_per_task\": " << rvvk::kDecodeKvHeadsPerTask
     << ", \"cpu\": {\"has_v\": " << json_bool(cpu.has_v) << ", \"vlen\": " << cpu.vlen_bits
     << ", \"zvfh\": " << json_bool(cpu.zvfh) << ", \"zvfhmin\": " << json_bool(cpu.zvfhmin)
     << ", \"zvfbfmin\": " << json_bool(cpu.zvfbfmin) << ", \"avx2\": " << json_bool(cpu.avx2)

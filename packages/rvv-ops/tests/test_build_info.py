@@ -29,6 +29,8 @@ def test_build_info_fields() -> None:
     assert "portable" in supported and set(supported) <= set(compiled)
     assert info["active_variant"] == supported[-1]  # the most capable one runs by default
     assert info["variant_error"] == ""
+    # rvv-kernels' kDecodeKvHeadsPerTask (rvvk.h); rvv-attention's num_splits reads it
+    assert info["decode_kv_heads_per_task"] == 2
     cpu = info["cpu"]
     keys = "has_v vlen zvfh zvfhmin zvfbfmin avx2 avx512 avx512_bf16 amx_bf16 source"
     assert set(cpu) == set(keys.split())

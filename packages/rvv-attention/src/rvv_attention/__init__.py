@@ -28,7 +28,7 @@ from rvv_attention._api import attention, call_counts, decode, extend
 from rvv_attention._cache import KVCache, quantize_int8
 from rvv_attention._capabilities import Capabilities, detect
 from rvv_attention._hugepages import HugePages, advise_huge_pages
-from rvv_attention._scratch import ScratchPool, num_splits, scratch
+from rvv_attention._scratch import DEFAULT_KV_HEADS_PER_TASK, ScratchPool, num_splits, scratch
 from rvv_attention._select import (
     ENV_IMPL,
     FEATURES,
@@ -66,6 +66,7 @@ def capabilities(*, refresh: bool = False) -> Capabilities:
 
 
 __all__ = [
+    "DEFAULT_KV_HEADS_PER_TASK",
     "ENV_IMPL",
     "FEATURES",
     "Capabilities",

@@ -10,7 +10,7 @@ from typing import Any
 from torch import Tensor
 
 from rvv_attention._cache import KVCache
-from rvv_attention._scratch import num_splits, scratch
+from rvv_attention._scratch import DEFAULT_KV_HEADS_PER_TASK, num_splits, scratch
 
 _lock = threading.Lock()
 _loaded: tuple[ModuleType | None, str | None] | None = None
@@ -46,9 +46,25 @@ def _import() -> tuple[ModuleType | None, str | None]:
 
 def reset() -> None:
     """Forgets the import result (tests)."""
-    global _loaded
+    global _loaded, _per_task
     with _lock:
         _loaded = None
+        _per_task = None
+
+
+_per_task: int | None = None
+
+
+def decode_kv_heads_per_task() -> int:
+    """KV heads per decode stage-1 task of the loaded kernels (``build_info()``'s
+    ``decode_kv_heads_per_task``), or ``DEFAULT_KV_HEADS_PER_TASK`` when rvv_ops cannot be
+    loaded or does not report it; looked up once."""
+    global _per_task
+    if _per_task is None:
+        info = build_info()
+        value = info.get("decode_kv_heads_per_task") if info is not None else None
+        _per_task = value if isinstance(value, int) and value >= 1 else DEFAULT_KV_HEADS_PER_TASK
+    return _per_task
 
 
 def build_info() -> dict[str, Any] | None:
@@ -84,7 +100,8 @@ def decode(
     """One decode step through ``decode_attention_cpu`` (or its int8 twin)."""
     ops = _ops()
     batch, heads = q.shape[0], q.shape[1]
-    splits = num_splits(batch, cache.kv_heads, threads)
+    per_task = decode_kv_heads_per_task()
+    splits = num_splits(batch, cache.kv_heads, threads, kv_heads_per_task=per_task)
     logits = scratch.attn_logits(batch, heads, splits, int(cache.v.shape[2]), q.device)
     if cache.kind == "int8":
         ops.decode_attention_int8(

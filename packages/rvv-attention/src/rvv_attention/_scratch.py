@@ -63,14 +63,29 @@ scratch = ScratchPool()
 """The process-wide pool the decode path takes ``attn_logits`` from."""
 
 
-def num_splits(batch: int, kv_heads: int, threads: int) -> int:
+DEFAULT_KV_HEADS_PER_TASK = 2
+"""KV heads per decode stage-1 task when rvv_ops cannot say (rvv-kernels'
+``kDecodeKvHeadsPerTask`` when this was written)."""
+
+
+def num_splits(
+    batch: int, kv_heads: int, threads: int, *, kv_heads_per_task: int | None = None
+) -> int:
     """How many ways the decode kernel splits each request's keys.
 
-    Stage 1 runs ``batch * ceil(kv_heads / 2) * num_splits`` tasks (a task takes a pair of
-    KV heads: rvv-kernels' ``kDecodeKvHeadsPerTask``); this aims at two tasks per thread
-    and caps the split count at 16 (each split's partial result costs a merge). It depends
-    on the shape and the thread count only, never on sequence lengths, so the scratch shape
+    Stage 1 runs ``batch * ceil(kv_heads / kv_heads_per_task) * num_splits`` tasks (a task
+    takes up to ``kv_heads_per_task`` KV heads of one request and split; by default the
+    loaded kernels' ``build_info()["decode_kv_heads_per_task"]``, or
+    ``DEFAULT_KV_HEADS_PER_TASK`` without them); this aims at two tasks per thread and
+    caps the split count at 16 (each split's partial result costs a merge). It depends on
+    the shape and the thread count only, never on sequence lengths, so the scratch shape
     (and pointer) is stable for a captured batch size.
     """
-    work = max(1, batch * -(-kv_heads // 2))
+    if kv_heads_per_task is None:
+        from rvv_attention import _kernel
+
+        kv_heads_per_task = _kernel.decode_kv_heads_per_task()
+    if kv_heads_per_task < 1:
+        raise ValueError(f"num_splits: kv_heads_per_task={kv_heads_per_task}; expected >= 1")
+    work = max(1, batch * -(-kv_heads // kv_heads_per_task))
     return max(1, min(16, -(-2 * max(1, threads) // work)))

@@ -77,6 +77,10 @@ class BuildInfo(TypedDict):
     """The variant the kernels dispatch to now."""
     variant_error: str
     """Why ``RVVK_VARIANT`` could not be honoured; empty when it was (or is unset)."""
+    decode_kv_heads_per_task: int
+    """KV heads one stage-1 task of the split-KV decode covers (rvv-kernels'
+    ``kDecodeKvHeadsPerTask``): the decode runs ``batch * ceil(kv_heads / this) *
+    num_splits`` tasks, which a caller choosing ``num_splits`` needs to know."""
     cpu: CpuInfo
 
 
@@ -152,7 +156,8 @@ def build_info() -> BuildInfo:
     Returns a dict with the rvv-ops ``version``, the ``target_arch`` and
     ``torch_version`` the library was built for, the rvv-kernels variants
     (``compiled_variants``, ``supported_variants`` by this CPU, ``active_variant``),
-    ``variant_error`` (why ``RVVK_VARIANT`` was not honoured, else empty) and
+    ``variant_error`` (why ``RVVK_VARIANT`` was not honoured, else empty),
+    ``decode_kv_heads_per_task`` (KV heads per stage-1 task of the decode) and
     ``cpu`` (``has_v``, ``vlen`` in bits, ``zvfh``, ``zvfhmin``, ``zvfbfmin``, ``avx2``,
     ``avx512``, ``avx512_bf16`` and ``amx_bf16`` on x86-64, and the ``source`` the extension
     bits came from).

@@ -6,15 +6,7 @@
 // block of keys in turn, so their pieces of a cache row (adjacent in SGLang's
 // [tokens, kv_heads, dim] pools) are read one block apart, not a whole split
 // apart.
-// On a 2-core Zen 3 (x86_avx2; context 8192, bf16, two threads, 2 MiB pages,
-// 64 MiB read before each call, the calls of both builds interleaved in one
-// process, medians of 15-21) against one KV head per task: B16 over random rows
-// 23.8 -> 21.0 and 21.8 -> 21.0 ms in two runs, over consecutive rows 14.8 ->
-// 15.0 and 24.5 -> 20.1 (the host's memory was slower in the second run), B4
-// random 6.20 -> 5.67, B1 random 1.73 -> 1.53. Tried there and not kept: the
-// pair's first head prefetching both heads' rows (512 bytes) and the second
-// none (B16 random 29.9 ms); the V rows prefetched with the K rows during q.k
-// (25.5 ms). Keys are taken in blocks of kBlock: scores for the block
+// Keys are taken in blocks of kBlock: scores for the block
 // (q . k, one vector reduction per key and head), optional tanh logit cap,
 // online softmax (vector exp), then P.V accumulated in fp32. On x86 (AVX-512
 // and AVX2) the two products have their own forms (namespace x86 below): on
@@ -50,6 +42,16 @@
 // the block's work, or the current block's V rows during q.k and the next
 // block's K rows during P.V, instead of shares of the K rows over the q.k
 // passes and of the V rows over the P.V passes (same or slower).
+// A pair of KV heads per task, on a 2-core Zen 3 (x86_avx2; context 8192, bf16,
+// two threads, 2 MiB pages, 64 MiB read before each call, the calls of both
+// builds interleaved in one process, medians of 15-21) against one KV head per
+// task: B16 over random rows
+// 23.8 -> 21.0 and 21.8 -> 21.0 ms in two runs, over consecutive rows 14.8 ->
+// 15.0 and 24.5 -> 20.1 (the host's memory was slower in the second run), B4
+// random 6.20 -> 5.67, B1 random 1.73 -> 1.53. Tried there and not kept: the
+// pair's first head prefetching both heads' rows (512 bytes) and the second
+// none (B16 random 29.9 ms); the V rows prefetched with the K rows during q.k
+// (25.5 ms).
 // Stage 2 merges the splits with their log-sum-exp and the optional sink.
 #include <algorithm>
 #include <cmath>
@@ -772,18 +774,16 @@ Scratch& scratch() {
   return s;
 }
 
-constexpr std::int64_t kKvPerTask = kDecodeKvHeadsPerTask;
-
 // One task: request b, split `split`, KV heads [kv0, kv0 + nkv) (nkv <=
-// kKvPerTask). The KV heads take each key block in turn, so a cache row's pieces
+// kDecodeKvHeadsPerTask). The KV heads take each key block in turn, so a cache row's pieces
 // of these heads are fetched one block apart at most, not a whole split apart.
 template <class TQ, class TKV>
 void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
   const std::int64_t splits = a.num_splits, hkv = a.num_kv_heads;
   const std::int64_t kv_groups = decode_attention_kv_groups(a);
   const std::int64_t b = task / (kv_groups * splits);
-  const std::int64_t kv0 = (task / splits) % kv_groups * kKvPerTask;
-  const std::int64_t nkv = std::min(kKvPerTask, hkv - kv0);
+  const std::int64_t kv0 = (task / splits) % kv_groups * kDecodeKvHeadsPerTask;
+  const std::int64_t nkv = std::min(kDecodeKvHeadsPerTask, hkv - kv0);
   const std::int64_t split = task % splits;
   const std::int64_t group = a.num_heads / hkv;
   const std::int64_t heads = nkv * group;  // query heads kv0 * group + [0, heads)
@@ -832,16 +832,18 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
   // and to the probabilities after the softmax sums (V).
   constexpr bool kPerToken = std::is_same_v<TKV, std::int8_t>;
   const std::int64_t req = a.req_pool_indices[b];
-  float kscale[kKvPerTask][kBlock], vscale[kKvPerTask][kBlock];
-  // Per KV head, the row pointers of the current block ([0, kBlock)) and of the
-  // next one ([kBlock, 2 kBlock)), moved down after each block.
-  const TKV* kb[kKvPerTask][2 * kBlock];
-  const TKV* vb[kKvPerTask][2 * kBlock];
+  // Per KV head, the row pointers (and for int8 the scales) of the current block
+  // ([0, kBlock)) and of the next one ([kBlock, 2 kBlock)), moved down after
+  // each block.
+  const TKV* kb[kDecodeKvHeadsPerTask][2 * kBlock];
+  const TKV* vb[kDecodeKvHeadsPerTask][2 * kBlock];
+  float kscale[kPerToken ? kDecodeKvHeadsPerTask : 1][kPerToken ? 2 * kBlock : 1];
+  float vscale[kPerToken ? kDecodeKvHeadsPerTask : 1][kPerToken ? 2 * kBlock : 1];
   std::int64_t ready = 0;  // rows of the current block already in kb/vb
-  // The KV heads' K and V rows of positions [p0, p0 + n) (n <= kBlock), at
-  // [off, off + n). Loops over j innermost, which the compilers vectorise (RVV:
-  // with the heads innermost the decode bench case retired 2.5% more
-  // instructions at VLEN 256).
+  // The KV heads' K and V rows (and scales) of positions [p0, p0 + n) (n <=
+  // kBlock), at [off, off + n). Loops over j innermost, which the compilers
+  // vectorise (RVV: with the heads innermost the decode bench case retired 2.5%
+  // more instructions at VLEN 256).
   auto rows_of = [&](std::int64_t p0, std::int64_t n, std::int64_t off) {
     std::int64_t rows[kBlock];
     for (std::int64_t j = 0; j < n; ++j) rows[j] = cache_row(c, req, p0 + j);
@@ -851,6 +853,12 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
         kb[h][off + j] = at<TKV>(c.k, rows[j] * c.k_stride_t + kh);
         vb[h][off + j] = at<TKV>(c.v, rows[j] * c.v_stride_t + vh);
       }
+      if constexpr (kPerToken) {
+        for (std::int64_t j = 0; j < n; ++j) {
+          kscale[h][off + j] = c.k_scales[rows[j] * c.scales_stride + kv0 + h];
+          vscale[h][off + j] = c.v_scales[rows[j] * c.scales_stride + kv0 + h];
+        }
+      }
     }
   };
   const std::int64_t k_bytes = dim * static_cast<std::int64_t>(sizeof(TKV));
@@ -858,15 +866,6 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
   for (std::int64_t t0 = lo; t0 < hi; t0 += kBlock) {
     const std::int64_t nb = std::min(kBlock, hi - t0);
     if (ready < nb) rows_of(t0 + ready, nb - ready, ready);
-    if constexpr (kPerToken) {
-      for (std::int64_t j = 0; j < nb; ++j) {
-        const std::int64_t row = cache_row(c, req, t0 + j);
-        for (std::int64_t h = 0; h < nkv; ++h) {
-          kscale[h][j] = c.k_scales[row * c.scales_stride + kv0 + h];
-          vscale[h][j] = c.v_scales[row * c.scales_stride + kv0 + h];
-        }
-      }
-    }
     // The next block's rows, to prefetch (none where the target cannot).
     const std::int64_t next =
         detail::kCanPrefetch ? std::clamp<std::int64_t>(hi - t0 - kBlock, 0, kBlock) : 0;
@@ -946,6 +945,10 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
     for (std::int64_t h = 0; h < nkv; ++h) {
       std::copy_n(kb[h] + kBlock, next, kb[h]);
       std::copy_n(vb[h] + kBlock, next, vb[h]);
+      if constexpr (kPerToken) {
+        std::copy_n(kscale[h] + kBlock, next, kscale[h]);
+        std::copy_n(vscale[h] + kBlock, next, vscale[h]);
+      }
     }
     ready = next;
   }
