@@ -100,8 +100,7 @@ def decode(
     """One decode step through ``decode_attention_cpu`` (or its int8 twin)."""
     ops = _ops()
     batch, heads = q.shape[0], q.shape[1]
-    per_task = decode_kv_heads_per_task()
-    splits = num_splits(batch, cache.kv_heads, threads, kv_heads_per_task=per_task)
+    splits = num_splits(batch, cache.kv_heads, threads)  # for the loaded kernels' tasks
     logits = scratch.attn_logits(batch, heads, splits, int(cache.v.shape[2]), q.device)
     if cache.kind == "int8":
         ops.decode_attention_int8(

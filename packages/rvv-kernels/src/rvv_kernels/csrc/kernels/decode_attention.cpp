@@ -45,13 +45,12 @@
 // A pair of KV heads per task, on a 2-core Zen 3 (x86_avx2; context 8192, bf16,
 // two threads, 2 MiB pages, 64 MiB read before each call, the calls of both
 // builds interleaved in one process, medians of 15-21) against one KV head per
-// task: B16 over random rows
-// 23.8 -> 21.0 and 21.8 -> 21.0 ms in two runs, over consecutive rows 14.8 ->
-// 15.0 and 24.5 -> 20.1 (the host's memory was slower in the second run), B4
-// random 6.20 -> 5.67, B1 random 1.73 -> 1.53. Tried there and not kept: the
-// pair's first head prefetching both heads' rows (512 bytes) and the second
-// none (B16 random 29.9 ms); the V rows prefetched with the K rows during q.k
-// (25.5 ms).
+// task: B16 over random rows 23.8 -> 21.0 and 21.8 -> 21.0 ms in two runs, over
+// consecutive rows 14.8 -> 15.0 and 24.5 -> 20.1 (the host's memory was slower
+// in the second run), B4 random 6.20 -> 5.67, B1 random 1.73 -> 1.53. Tried
+// there and not kept: the pair's first head prefetching both heads' rows (512
+// bytes) and the second none (B16 random 29.9 ms); the V rows prefetched with
+// the K rows during q.k (25.5 ms).
 // Stage 2 merges the splits with their log-sum-exp and the optional sink.
 #include <algorithm>
 #include <cmath>
@@ -775,8 +774,9 @@ Scratch& scratch() {
 }
 
 // One task: request b, split `split`, KV heads [kv0, kv0 + nkv) (nkv <=
-// kDecodeKvHeadsPerTask). The KV heads take each key block in turn, so a cache row's pieces
-// of these heads are fetched one block apart at most, not a whole split apart.
+// kDecodeKvHeadsPerTask). The KV heads take each key block in turn, so a cache
+// row's pieces of these heads are fetched one block apart at most, not a whole
+// split apart.
 template <class TQ, class TKV>
 void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
   const std::int64_t splits = a.num_splits, hkv = a.num_kv_heads;
