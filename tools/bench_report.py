@@ -321,11 +321,31 @@ def x86_section(plt: Any, data: dict[str, Any] | None, img: Path) -> list[str]:
             for s in data["skipped"]
         ]
         out.append("")
+    bounds = data.get("ceilings")  # runs before 2026-12-03 did not measure them
+    if bounds:
+        ic, fl = bounds["in_cache"], bounds["call_floor"]
+        out += [
+            "What bounds the decode's bandwidth fraction on this machine (same run):",
+            "",
+            f"- in cache: rvv_kernel's decode at batch {ic['batch']} / context "
+            f"{ic['context']} with its K/V rows in the last-level cache (calls back to back, "
+            f"no flush) took {ic['median_s'] * 1e3:.3f} ms, a bandwidth fraction of "
+            f"{ic['bandwidth_fraction']:.3f}: what the kernel's compute allows here. A run "
+            "from DRAM cannot read faster, so a bandwidth target above this cannot be met on "
+            "this machine;",
+            f"- call floor: a decode of one 16-token request took {fl['warm_s'] * 1e3:.3f} ms "
+            f"warm and {fl['after_flush_s'] * 1e3:.3f} ms after the flush the timed decode "
+            "calls get: the fixed cost of a call (Python, dispatch, the op, its threads, "
+            "their code and data back from DRAM after the flush), which batch 1 pays on top "
+            "of its K/V.",
+            "",
+        ]
     out += ["Targets (issue 7; reported, not asserted):", ""]
     for t in data["targets"]:
         value = "not run" if t["value"] is None else f"{t['value']:.3f}"
         verdict = {True: "met", False: "**not met**", None: "-"}[t["met"]]
-        out.append(f"- {t['target']}: {value} ({verdict})")
+        bound = "" if t.get("ceiling") is None else f"; in-cache ceiling {t['ceiling']:.3f}"
+        out.append(f"- {t['target']}: {value} ({verdict}{bound})")
     out.append("")
     return out
 

@@ -47,11 +47,22 @@ per second of the median, over the copy bandwidth measured in the same run (a to
 of a uint8 tensor at least twice the last-level cache, bytes read + bytes written per
 second, median of several copies at the start and at the end).
 
+Two measurements bound the decode's bandwidth fraction on the machine at hand (``ceilings``,
+when decode runs): ``in_cache``, rvv_kernel's decode with its K/V rows in the last-level
+cache (calls back to back, no flush), whose fraction is the most the kernel's compute allows
+here - a run from DRAM cannot read faster, so a bandwidth target above it cannot be met on
+this machine (each bandwidth target records it as ``ceiling``); and ``call_floor``, a decode
+of one 16-token request, warm and after the flush: the fixed cost of a call, which a small
+batch pays on top of reading K/V. (On a 2-core Zen 4 VM, 2026-12-03, that call took ~0.06 ms
+warm and ~0.36 ms after the flush, ~0.14 ms of it in the op; the same after a 5 ms sleep or
+a 384 MiB GEMV, and with ``OMP_WAIT_POLICY=active``: the code and data of the call path
+coming back from DRAM, not sleeping threads.)
+
 Writes ``build/bench/x86.json``: ``{"machine", "method", "copy_bandwidth", "numerics",
-"targets", "skipped", "samples", "records"}``, ``records`` a list of ``{"op", "batch",
-"context", "layout", "impl", "median_s", "ratio_vs_torch_native", "bandwidth_fraction"}``
-(null where not applicable; ``layout`` ``random`` or ``contiguous``), and prints a table.
-Nothing here asserts a timing.
+"ceilings", "targets", "skipped", "samples", "records"}``, ``records`` a list of ``{"op",
+"batch", "context", "layout", "impl", "median_s", "ratio_vs_torch_native",
+"bandwidth_fraction"}`` (null where not applicable; ``layout`` ``random`` or
+``contiguous``), and prints a table. Nothing here asserts a timing.
 
 Usage: python tools/bench_x86.py [--quick] [--out FILE] [--repeats N] [--budget S]
        [--batch B ...] [--context C ...] [--op decode|extend ...] [--skip OP:B:C ...]
@@ -376,6 +387,72 @@ def set_impl_mode(impl: str) -> None:
     os.environ[ra.ENV_IMPL] = mode
 
 
+# ------------------------------------------------------------------------------ ceilings
+
+# Timed calls for each ceiling measurement (back to back, medians).
+CEILING_CALLS = 21
+
+
+def _time_calls(call: Callable[[], object], n: int, before: Callable[[], object] | None) -> float:
+    """Median seconds of n calls of ``call`` (each after ``before()``, untimed, if given)."""
+    times = []
+    for _ in range(n):
+        if before is not None:
+            before()
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def ceilings(sg: dict[str, Any], llc: int, flush: torch.Tensor) -> dict[str, Any]:
+    """What bounds rvv_kernel's decode on this machine, whatever the memory does.
+
+    - ``in_cache``: the decode with its K/V rows in the last-level cache (batch 4, a context
+      whose K/V take at most a quarter of the LLC, random rows, calls back to back, no
+      flush): its K/V bytes per second are what the kernel's compute allows; a run from
+      DRAM cannot read faster, so where this is below a bandwidth target the target cannot
+      be met on this machine.
+    - ``call_floor``: one request of 16 tokens (next to no K/V to read), warm and after the
+      cache flush the timed decode calls get: the fixed cost of a call (Python, dispatch, the
+      op, its threads), which a small batch pays on top of reading K/V.
+    """
+    set_impl_mode("rvv_kernel")
+    batch = 4
+    row_bytes = HKV * 2 * HEAD_DIM * KV_DTYPE.itemsize
+    context = max(64, min(8192, llc // 4 // (batch * row_bytes) // 64 * 64))
+    pools = make_pools(sg, batch, context, "random", seed=17)
+    case = make_case(sg, pools, "decode", seed=18)
+    call = case.calls["rvv_kernel"]
+    for _ in range(3):
+        call()
+    in_cache = _time_calls(call, CEILING_CALLS, None)
+    small = make_case(sg, make_pools(sg, 1, 16, "random", seed=19), "decode", seed=20)
+    tiny = small.calls["rvv_kernel"]
+    tiny()
+    warm = _time_calls(tiny, CEILING_CALLS, None)
+    cold = _time_calls(tiny, CEILING_CALLS, flush.max)
+    return {
+        "in_cache": {
+            "definition": "rvv_kernel decode with its K/V rows in the last-level cache (random "
+            "rows, calls back to back, no flush); bandwidth_fraction as for the records",
+            "batch": batch,
+            "context": context,
+            "layout": "random",
+            "median_s": in_cache,
+            "kv_bytes": case.kv_bytes,
+        },
+        "call_floor": {
+            "definition": "rvv_kernel decode of one request of 16 tokens: warm (calls back to "
+            "back) and after the flush the timed decode calls get",
+            "batch": 1,
+            "context": 16,
+            "warm_s": warm,
+            "after_flush_s": cold,
+        },
+    }
+
+
 # ------------------------------------------------------------------------------ running
 
 
@@ -481,6 +558,7 @@ def run(opts: Options) -> dict[str, Any]:
     copies = copy_bandwidth(opts.copy_bytes, opts.copy_repeats)
     flush = torch.empty(opts.flush_bytes, dtype=torch.uint8)
     flush.fill_(1)  # touched once; read (not written) before each timed decode call
+    bounds = ceilings(sg, facts["llc_bytes"], flush) if "decode" in opts.ops else None
 
     # Decode first (cheap, and every decode target), then extend; each by growing work, so
     # a --time-limit cuts the largest cases.
@@ -568,6 +646,9 @@ def run(opts: Options) -> dict[str, Any]:
     facts["uptime_end"] = _uptime()
     facts["loadavg_end"] = list(os.getloadavg())
     copy_bw = statistics.median(copies)
+    if bounds is not None:
+        ic = bounds["in_cache"]
+        ic["bandwidth_fraction"] = ic["kv_bytes"] / ic["median_s"] / copy_bw
 
     records = []
     for op, b, c, layout in sorted(
@@ -600,7 +681,8 @@ def run(opts: Options) -> dict[str, Any]:
             "median_bytes_per_s": copy_bw,
         },
         "numerics": numerics,
-        "targets": targets(records),
+        "ceilings": bounds,
+        "targets": targets(records, bounds),
         "skipped": skipped,
         "samples": [
             {"op": op, "batch": b, "context": c, "layout": layout, "impl": impl, "times_s": ts}
@@ -657,7 +739,12 @@ def method(opts: Options) -> dict[str, Any]:
     }
 
 
-def targets(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def targets(
+    records: list[dict[str, Any]], bounds: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """Each target's value and verdict; a bandwidth target also gets ``ceiling``, the
+    in-cache fraction (it cannot be met where that is below its threshold)."""
+    ceiling = None if bounds is None else bounds["in_cache"]["bandwidth_fraction"]
     out = []
     for what, op, b, c, layout, field, threshold in TARGETS:
         rec = next(
@@ -676,7 +763,8 @@ def targets(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             {"target": what, "op": op, "batch": b, "context": c, "layout": layout,
              "impl": "rvv_kernel",
              "threshold": threshold, "value": value,
-             "met": None if value is None else bool(value >= threshold)}
+             "met": None if value is None else bool(value >= threshold),
+             "ceiling": ceiling if field == "bw" else None}
         )  # fmt: skip
     return out
 
@@ -699,10 +787,23 @@ def table(result: dict[str, Any]) -> str:
     lines.append(f"machine: {m['cpu_model']}, {m['cores']} cores, torch {m['torch']}")
     lines.append(f"load at start: {m['uptime_start']}")
     lines.append(f"load at end:   {m['uptime_end']}")
+    bounds = result["ceilings"]
+    if bounds is not None:
+        ic, fl = bounds["in_cache"], bounds["call_floor"]
+        lines.append(
+            f"in cache (batch {ic['batch']} context {ic['context']}, no flush): "
+            f"{ic['median_s'] * 1e3:.3f} ms, bw fraction {ic['bandwidth_fraction']:.3f} "
+            "(the most a bandwidth fraction can reach here)"
+        )
+        lines.append(
+            f"call floor (batch 1 context 16): {fl['warm_s'] * 1e3:.3f} ms warm, "
+            f"{fl['after_flush_s'] * 1e3:.3f} ms after the flush"
+        )
     for t in result["targets"]:
         value = "not run" if t["value"] is None else f"{t['value']:.3f}"
         verdict = {True: "met", False: "NOT met", None: "-"}[t["met"]]
-        lines.append(f"target: {t['target']}: {value} ({verdict})")
+        bound = "" if t["ceiling"] is None else f"; in-cache ceiling {t['ceiling']:.3f}"
+        lines.append(f"target: {t['target']}: {value} ({verdict}{bound})")
     for s in result["skipped"]:
         lines.append(
             f"skipped: {s['op']} batch {s['batch']} context {s['context']} "

@@ -71,6 +71,17 @@ def test_bench_x86_quick(tmp_path: Path) -> None:
     for key in ("cpu_model", "cores", "torch", "date_utc", "uptime_start", "uptime_end"):
         assert machine[key], key
     assert _positive(data["copy_bandwidth"]["median_bytes_per_s"])
+    # the bounds on the decode's bandwidth fraction, measured in the same run
+    in_cache, floor = data["ceilings"]["in_cache"], data["ceilings"]["call_floor"]
+    assert in_cache["batch"] == 4 and in_cache["context"] >= 64, in_cache
+    assert _positive(in_cache["median_s"]) and _positive(in_cache["bandwidth_fraction"])
+    assert in_cache["kv_bytes"] == 4 * in_cache["context"] * 2 * 2 * 128 * 2, in_cache
+    assert _positive(floor["warm_s"]) and _positive(floor["after_flush_s"]), floor
+    for t in data["targets"]:
+        if "bandwidth" in t["target"]:
+            assert t["ceiling"] == in_cache["bandwidth_fraction"], t
+        else:
+            assert t["ceiling"] is None, t
     # every rvv implementation was checked against torch_native in every case, and agreed
     checked = {
         (n["op"], n["batch"], n["context"], n["layout"], n["impl"]) for n in data["numerics"]
