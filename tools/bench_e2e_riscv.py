@@ -79,17 +79,8 @@ REPO = Path(__file__).resolve().parent.parent
 GUEST = REPO / "tools" / "guest" / "decode_step.py"
 MODES = ("torch-native", "rvv", "rvv-w8a8")
 NATIVE = "torch-native"
-DLEN = 128
-# The plugin's EMUL buckets and the EMUL each stands for.
-EMUL_BUCKETS = {
-    "emul_8th": 0.125,
-    "emul_4th": 0.25,
-    "emul_half": 0.5,
-    "emul1": 1.0,
-    "emul2": 2.0,
-    "emul4": 4.0,
-    "emul8": 8.0,
-}
+DLEN = rvvtools.DLEN
+EMUL_BUCKETS = rvvtools.EMUL_BUCKETS
 COUNT_KEYS = ("total", "scalar", "vector", "vsetvl", "vmem", *EMUL_BUCKETS, "vtype_unknown")
 # How far per-token counts of identical runs may differ (seen: ~0.05%: a decode step's
 # Python still allocates and hashes a little differently from run to run).
@@ -118,10 +109,7 @@ def say(msg: str) -> None:
 
 def est_cycles(counts: dict[str, float], vlen: int) -> float:
     """Cycles under the model above for per-token `counts` (plugin keys) at `vlen`."""
-    cycles = counts["scalar"] / 2 + counts["vsetvl"]
-    for key, emul in EMUL_BUCKETS.items():
-        cycles += counts[key] * max(1.0, emul * vlen / DLEN)
-    return cycles
+    return rvvtools.est_cycles(counts, vlen)
 
 
 @dataclass(frozen=True)

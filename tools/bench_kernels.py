@@ -10,7 +10,13 @@ single-threaded). Prints a table and writes ``build/bench/kernels.json``: a list
 ``{"kernel", "case", "vlen", "insns_rvv", "insns_scalar", "ratio", ...}``. Cases that stream
 a weight matrix (linear layers at M = 1; ``rvvk_bench --list`` gives their weight bytes)
 also get ``weight_bytes`` and ``insns_per_weight_byte`` (RVV instructions per weight byte:
-what decides whether an in-order core keeps up with its memory).
+what decides whether an in-order core keeps up with its memory). Every record also has
+``est_cycles_rvv`` / ``est_cycles_scalar`` and their ratio ``cycle_ratio``: the cycles of
+an in-order, dual-issue core with a 128-bit datapath such as the SpacemiT X60 under the
+model of ``rvvtools.est_cycles`` (also bench-e2e-riscv's): a scalar instruction 1/2 cycle,
+``vsetvl*`` 1, any other vector instruction ``max(1, EMUL x VLEN / 128)``, EMUL from the
+plugin's histogram. Instruction counts alone favour long register groups (one LMUL-4
+instruction does the work of four LMUL-1 ones), which such a core pays for in cycles.
 
 Usage: python tools/bench_kernels.py [--quick] [--vlen N ...] [--case NAME ...] [--out FILE]
 """
@@ -134,14 +140,19 @@ def main(argv: list[str] | None = None) -> int:
                 "rvv_vector_insns": rvv["vector"],
                 "rvv_vsetvl_insns": rvv["vsetvl"],
                 "rvv_scalar_insns": rvv["scalar"],
+                "est_cycles_rvv": round(rvvtools.est_cycles(rvv, vlen)),
+                "est_cycles_scalar": round(rvvtools.est_cycles(scalar, vlen)),
             }
+            record["cycle_ratio"] = round(
+                rvvtools.est_cycles(scalar, vlen) / rvvtools.est_cycles(rvv, vlen), 2
+            )
             if weight_bytes[case]:
                 record["weight_bytes"] = weight_bytes[case]
                 record["insns_per_weight_byte"] = round(rvv["total"] / weight_bytes[case], 4)
             records.append(record)
     header = (
         f"{'case':<28} {'VLEN':>5} {'RVV insns':>12} {'scalar insns':>14} {'ratio':>7} "
-        f"{'insns/weight byte':>17}"
+        f"{'RVV est cycles':>15} {'cycle ratio':>12} {'insns/weight byte':>17}"
     )
     print(header)
     print("-" * len(header))
@@ -149,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         per_byte = r.get("insns_per_weight_byte")
         print(
             f"{r['case']:<28} {r['vlen']:>5} {r['insns_rvv']:>12,} {r['insns_scalar']:>14,} "
-            f"{r['ratio']:>7.2f} {'' if per_byte is None else f'{per_byte:.4f}':>17}"
+            f"{r['ratio']:>7.2f} {r['est_cycles_rvv']:>15,} {r['cycle_ratio']:>12.2f} "
+            f"{'' if per_byte is None else f'{per_byte:.4f}':>17}"
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(records, indent=2) + "\n")

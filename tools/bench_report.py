@@ -96,16 +96,21 @@ def kernels_section(plt: Any, records: list[dict[str, Any]] | None, img: Path) -
         "Each case's kernel call, counted with QEMU 7.2's instruction-count plugin (user mode,",
         "one thread) as the difference of runs with 2 and 1 calls; `scalar` is the portable",
         "variant of the same source built for rv64gc (no vector unit, no auto-vectorisation).",
+        "`est cycles`: the RVV build's cycles on the in-order DLEN-128 model of section 2",
+        "(`rvvtools.est_cycles`), `cycle ratio` the scalar build's over them (runs before",
+        "2026-12-03 did not record them: `-`).",
         "",
         "![instruction ratios](performance/kernels_ratio.png)",
         "",
-        "| case | VLEN | RVV insns | scalar insns | ratio |",
-        "|---|---:|---:|---:|---:|",
+        "| case | VLEN | RVV insns | scalar insns | ratio | RVV est cycles | cycle ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in sorted(records, key=lambda r: (r["case"], r["vlen"])):
+        cycles, cycle_ratio = r.get("est_cycles_rvv"), r.get("cycle_ratio")
         out.append(
             f"| {r['case']} | {r['vlen']} | {r['insns_rvv']:,} | {r['insns_scalar']:,} "
-            f"| {r['ratio']:.1f} |"
+            f"| {r['ratio']:.1f} | {'-' if cycles is None else f'{cycles:,}'} "
+            f"| {'-' if cycle_ratio is None else f'{cycle_ratio:.1f}'} |"
         )
     out.append("")
     return out

@@ -739,9 +739,7 @@ def method(opts: Options) -> dict[str, Any]:
     }
 
 
-def targets(
-    records: list[dict[str, Any]], bounds: dict[str, Any] | None
-) -> list[dict[str, Any]]:
+def targets(records: list[dict[str, Any]], bounds: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Each target's value and verdict; a bandwidth target also gets ``ceiling``, the
     in-cache fraction (it cannot be met where that is below its threshold)."""
     ceiling = None if bounds is None else bounds["in_cache"]["bandwidth_fraction"]

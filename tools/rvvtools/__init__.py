@@ -254,3 +254,31 @@ def parse_insncount_marks(path: str | os.PathLike[str]) -> list[tuple[int, dict[
             raise ValueError(f"{path}: insncount mark {match.group(1)} lacks {missing}")
         marks.append((int(match.group(1)), counts))
     return marks
+
+
+# ------------------------------------------------------------------------------ cycle model
+
+DLEN = 128
+"""Datapath width (bits) of the in-order core the cycle estimate models (SpacemiT X60)."""
+EMUL_BUCKETS = {
+    "emul_8th": 0.125,
+    "emul_4th": 0.25,
+    "emul_half": 0.5,
+    "emul1": 1.0,
+    "emul2": 2.0,
+    "emul4": 4.0,
+    "emul8": 8.0,
+}
+"""The insncount plugin's EMUL buckets and the EMUL each stands for."""
+
+
+def est_cycles(counts: Mapping[str, float], vlen: int) -> float:
+    """Estimated cycles of insncount ``counts`` at ``vlen`` on an in-order, dual-issue core
+    with a DLEN-bit datapath (an estimate, not a measurement): a scalar instruction costs
+    1/2 cycle, ``vsetvl*`` 1 cycle, any other vector instruction ``max(1, EMUL x VLEN /
+    DLEN)`` cycles, EMUL from the plugin's histogram (the largest register group it reads
+    or writes). Memory stalls, branch mispredictions and real pipelines are not modelled."""
+    cycles = counts["scalar"] / 2 + counts["vsetvl"]
+    for key, emul in EMUL_BUCKETS.items():
+        cycles += counts[key] * max(1.0, emul * vlen / DLEN)
+    return cycles

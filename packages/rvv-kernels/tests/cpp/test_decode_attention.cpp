@@ -26,6 +26,10 @@ struct Case {
   bool sinks = false;
   std::int64_t splits = 4;
   bool r2t64 = false;
+  // Cache rows padded by 3 (K) and 1 (V) elements, so bf16 rows start at odd
+  // 2-byte offsets, or not padded (SGLang's pools: rows 4-byte aligned, which
+  // the RVV form that reads bf16 rows in 32-bit pairs needs).
+  bool padded = true;
 };
 
 void run_case(rvvk_test::Context& ctx, const Case& c, std::uint64_t seed) {
@@ -37,7 +41,7 @@ void run_case(rvvk_test::Context& ctx, const Case& c, std::uint64_t seed) {
   std::vector<std::int64_t> rows(static_cast<std::size_t>(total));
   std::iota(rows.begin(), rows.end(), 0);
   for (std::size_t i = rows.size(); i > 1; --i) std::swap(rows[i - 1], rows[rng.next() % i]);
-  const std::int64_t kst = c.hkv * c.d + 3, vst = c.hkv * c.dv + 1;  // padded (strided) rows
+  const std::int64_t kst = c.hkv * c.d + (c.padded ? 3 : 0), vst = c.hkv * c.dv + (c.padded ? 1 : 0);
   ref::Buffer k(c.kv_dtype, static_cast<std::size_t>(total * kst));
   ref::Buffer v(c.kv_dtype, static_cast<std::size_t>(total * vst));
   // Real cache values are stored * scale: int8 per (token, KV head), fp8 per tensor.
@@ -201,6 +205,34 @@ RVVK_TEST(decode_attention_head_sizes_and_gqa) {
                      {8, 1}, {18, 2}})
       run_case(ctx, Case{hd[0], hd[1], dm[0], dm[1], {17, 1, 70, 3}, DType::kBF16, DType::kBF16},
                ++seed);
+}
+
+RVVK_TEST(decode_attention_bf16_aligned_rows) {
+  // bf16 caches with unpadded rows, as SGLang's pools have them: RVV reads these
+  // rows in 32-bit pairs (even head sizes), K for up to 3 heads and V for up to 6
+  // at a time, so groups of 1 to 10 run every pass size and remainder; odd
+  // head sizes and odd KV head counts too; fp32 and bf16 q.
+  const std::int64_t dims[][2] = {{2, 2}, {20, 12}, {64, 64}, {80, 80}, {96, 40},
+                                  {128, 128}, {256, 256}, {15, 15}, {576, 512}};
+  const std::int64_t heads[][2] = {{12, 2}, {7, 1}, {4, 4}, {8, 1}, {1, 1}, {2, 1},
+                                   {10, 2}, {9, 1}, {15, 3}, {5, 5}, {18, 2}};
+  std::uint64_t seed = 500;
+  for (auto& dm : dims)
+    for (auto& hd : heads)
+      for (DType qd : {DType::kF32, DType::kBF16}) {
+        Case c{hd[0], hd[1], dm[0], dm[1], {17, 1, 70, 3}, qd, DType::kBF16};
+        c.padded = false;
+        run_case(ctx, c, ++seed);
+      }
+  for (std::int64_t len : {0, 1, 2, 63, 64, 65, 257, 1000})
+    for (std::int64_t splits : {1, 3}) {
+      Case c{12, 2, 128, 128, {len, 5}, DType::kBF16, DType::kBF16, 0, 0, false, splits};
+      c.padded = false;
+      run_case(ctx, c, ++seed);
+    }
+  Case f{7, 1, 64, 64, {0, 1, 200, 65}, DType::kBF16, DType::kBF16, 30.0f, 64, true, 3};
+  f.padded = false;
+  run_case(ctx, f, ++seed);
 }
 
 RVVK_TEST(decode_attention_context_lengths) {

@@ -714,6 +714,159 @@ void pv_block(float* acc, std::int64_t dim_v, std::int64_t group, const TV* cons
 }  // namespace x86
 #endif  // RVVK_VEC_AVX2
 
+#if defined(__riscv_v_intrinsic)
+// The two products on RVV for bf16 caches (namespace rvv): RVV has no bf16
+// arithmetic, and widening a bf16 row element-wise (vle16, vzext.vf2, vsll) is
+// three instructions, two of them at twice the fp32 register group. A 32-bit
+// load of a row instead holds elements 2i (low half) and 2i + 1 (high half) in
+// lane i: one shift gives the even elements in fp32, one mask the odd ones,
+// each at the fp32 group of half the elements. The fp32 operands on the other
+// side are kept split the same way for the whole row (pair order: q's and the
+// P.V accumulators' even elements, then their odd ones; split_pairs /
+// join_pairs), so this is VLEN-agnostic. And the heads of a group share each
+// converted row: K in passes of up to 3 heads at LMUL 4 (3 accumulators, the
+// row's two halves and q's: all 32 registers), V in one pass of up to 6 heads
+// at LMUL 2 (12 accumulators and the row's halves), where the generic forms
+// convert each row once per 4 heads. Rows must be 4-byte aligned (uses_pairs).
+// bench-kernels decode case (VLEN 256; estimated cycles on the in-order
+// DLEN-128 model of bench-e2e-riscv): see the rvv-kernels README.
+namespace rvv {
+using K4 = vec::F32<4>;  // the K product
+using V2 = vec::F32<2>;  // the V product
+constexpr int kKHeads = 3, kVHeads = 6;
+
+inline bool aligned4(const void* base, std::int64_t stride_t, std::int64_t stride_h) {
+  return (reinterpret_cast<std::uintptr_t>(base) % 4 == 0) && stride_t % 2 == 0 &&
+         stride_h % 2 == 0;
+}
+// Whether a bf16 cache's rows go by pairs: even head sizes, 4-byte aligned rows.
+template <class TKV>
+inline bool uses_pairs(const KvCache& c, std::int64_t dim, std::int64_t dim_v) {
+  return std::is_same_v<TKV, bf16> && dim > 0 && dim_v > 0 && dim % 2 == 0 && dim_v % 2 == 0 &&
+         aligned4(c.k, c.k_stride_t, c.k_stride_h) && aligned4(c.v, c.v_stride_t, c.v_stride_h);
+}
+
+// x[0, n) (n even) from natural order to pair order (the even elements, then
+// the odd ones), and back.
+inline void split_pairs(float* x, std::int64_t n) {
+  std::vector<float> t(x, x + n);
+  for (std::int64_t i = 0; i < n / 2; ++i) {
+    x[i] = t[static_cast<std::size_t>(2 * i)];
+    x[n / 2 + i] = t[static_cast<std::size_t>(2 * i + 1)];
+  }
+}
+inline void join_pairs(float* x, std::int64_t n) {
+  std::vector<float> t(x, x + n);
+  for (std::int64_t i = 0; i < n / 2; ++i) {
+    x[2 * i] = t[static_cast<std::size_t>(i)];
+    x[2 * i + 1] = t[static_cast<std::size_t>(n / 2 + i)];
+  }
+}
+
+RVVK_ALWAYS_INLINE inline const std::uint32_t* words(const bf16* row) {
+  return reinterpret_cast<const std::uint32_t*>(row);
+}
+
+// scores[g * kBlock + j] = qp[g] . k_j for heads g0 <= g < g0 + NG (q in pair
+// order). The first chunk of words multiplies (no zero fill); later, shorter
+// ones accumulate tail-undisturbed, and the sums reduce the first chunk's lanes.
+// (clang 16 sets vtype around every _tu operation, but that keeps the loads in
+// step with the products: with the tail-agnostic forms for whole chunks it
+// loaded all q chunks first and spilled at 3 heads, and the decode case
+// retired 19% more instructions at VLEN 256.)
+template <int NG>
+void qk_heads(const float* qp, std::int64_t dim, const bf16* const* krows, std::int64_t nb,
+              float* scores, std::int64_t g0) {
+  const std::int64_t half = dim / 2;
+  const float* q0 = qp + g0 * dim;
+  const float* q1 = q0 + dim;
+  const float* q2 = q1 + dim;
+  for (std::int64_t j = 0; j < nb; ++j) {
+    const std::uint32_t* w = words(krows[j]);
+    const std::size_t vl0 = K4::setvl(static_cast<std::size_t>(half));
+    K4::U raw = K4::load_u32(w, vl0);
+    K4::V ke = K4::bf16_low(raw, vl0), ko = K4::bf16_high(raw, vl0);
+    K4::V a0 = K4::fmacc(K4::mul(ke, K4::load(q0, vl0), vl0), ko, K4::load(q0 + half, vl0), vl0);
+    K4::V a1 = a0, a2 = a0;
+    if constexpr (NG > 1)
+      a1 = K4::fmacc(K4::mul(ke, K4::load(q1, vl0), vl0), ko, K4::load(q1 + half, vl0), vl0);
+    if constexpr (NG > 2)
+      a2 = K4::fmacc(K4::mul(ke, K4::load(q2, vl0), vl0), ko, K4::load(q2 + half, vl0), vl0);
+    for (std::int64_t i = static_cast<std::int64_t>(vl0); i < half;) {
+      const std::size_t vl = K4::setvl(static_cast<std::size_t>(half - i));
+      raw = K4::load_u32(w + i, vl);
+      ke = K4::bf16_low(raw, vl);
+      ko = K4::bf16_high(raw, vl);
+      a0 = K4::fmacc_tu(K4::fmacc_tu(a0, ke, K4::load(q0 + i, vl), vl), ko,
+                        K4::load(q0 + half + i, vl), vl);
+      if constexpr (NG > 1)
+        a1 = K4::fmacc_tu(K4::fmacc_tu(a1, ke, K4::load(q1 + i, vl), vl), ko,
+                          K4::load(q1 + half + i, vl), vl);
+      if constexpr (NG > 2)
+        a2 = K4::fmacc_tu(K4::fmacc_tu(a2, ke, K4::load(q2 + i, vl), vl), ko,
+                          K4::load(q2 + half + i, vl), vl);
+      i += static_cast<std::int64_t>(vl);
+    }
+    float* s = scores + g0 * kBlock + j;
+    s[0] = K4::reduce_sum(a0, vl0);
+    if constexpr (NG > 1) s[kBlock] = K4::reduce_sum(a1, vl0);
+    if constexpr (NG > 2) s[2 * kBlock] = K4::reduce_sum(a2, vl0);
+  }
+}
+
+// acc[g] += sum_j p[g, j] * v_j for heads g0 <= g < g0 + NG (acc in pair order).
+template <int NG>
+void pv_heads(float* acc, std::int64_t dim_v, const bf16* const* vrows, std::int64_t nb,
+              const float* p, std::int64_t g0) {
+  const std::int64_t half = dim_v / 2;
+  float* c = acc + g0 * dim_v;
+  const float* p0 = p + g0 * kBlock;
+  for (std::int64_t i = 0; i < half;) {
+    const std::size_t vl = V2::setvl(static_cast<std::size_t>(half - i));
+    V2::V e0 = V2::load(c + i, vl), o0 = V2::load(c + half + i, vl);
+    V2::V e1 = e0, o1 = o0, e2 = e0, o2 = o0, e3 = e0, o3 = o0, e4 = e0, o4 = o0, e5 = e0, o5 = o0;
+    if constexpr (NG > 1) e1 = V2::load(c + dim_v + i, vl), o1 = V2::load(c + dim_v + half + i, vl);
+    if constexpr (NG > 2)
+      e2 = V2::load(c + 2 * dim_v + i, vl), o2 = V2::load(c + 2 * dim_v + half + i, vl);
+    if constexpr (NG > 3)
+      e3 = V2::load(c + 3 * dim_v + i, vl), o3 = V2::load(c + 3 * dim_v + half + i, vl);
+    if constexpr (NG > 4)
+      e4 = V2::load(c + 4 * dim_v + i, vl), o4 = V2::load(c + 4 * dim_v + half + i, vl);
+    if constexpr (NG > 5)
+      e5 = V2::load(c + 5 * dim_v + i, vl), o5 = V2::load(c + 5 * dim_v + half + i, vl);
+    for (std::int64_t j = 0; j < nb; ++j) {
+      const V2::U raw = V2::load_u32(words(vrows[j]) + i, vl);
+      const V2::V ve = V2::bf16_low(raw, vl), vo = V2::bf16_high(raw, vl);
+      const float* pj = p0 + j;
+      e0 = V2::fmacc(e0, pj[0], ve, vl);
+      o0 = V2::fmacc(o0, pj[0], vo, vl);
+      if constexpr (NG > 1) e1 = V2::fmacc(e1, pj[kBlock], ve, vl), o1 = V2::fmacc(o1, pj[kBlock], vo, vl);
+      if constexpr (NG > 2)
+        e2 = V2::fmacc(e2, pj[2 * kBlock], ve, vl), o2 = V2::fmacc(o2, pj[2 * kBlock], vo, vl);
+      if constexpr (NG > 3)
+        e3 = V2::fmacc(e3, pj[3 * kBlock], ve, vl), o3 = V2::fmacc(o3, pj[3 * kBlock], vo, vl);
+      if constexpr (NG > 4)
+        e4 = V2::fmacc(e4, pj[4 * kBlock], ve, vl), o4 = V2::fmacc(o4, pj[4 * kBlock], vo, vl);
+      if constexpr (NG > 5)
+        e5 = V2::fmacc(e5, pj[5 * kBlock], ve, vl), o5 = V2::fmacc(o5, pj[5 * kBlock], vo, vl);
+    }
+    V2::store(c + i, e0, vl);
+    V2::store(c + half + i, o0, vl);
+    if constexpr (NG > 1) V2::store(c + dim_v + i, e1, vl), V2::store(c + dim_v + half + i, o1, vl);
+    if constexpr (NG > 2)
+      V2::store(c + 2 * dim_v + i, e2, vl), V2::store(c + 2 * dim_v + half + i, o2, vl);
+    if constexpr (NG > 3)
+      V2::store(c + 3 * dim_v + i, e3, vl), V2::store(c + 3 * dim_v + half + i, o3, vl);
+    if constexpr (NG > 4)
+      V2::store(c + 4 * dim_v + i, e4, vl), V2::store(c + 4 * dim_v + half + i, o4, vl);
+    if constexpr (NG > 5)
+      V2::store(c + 5 * dim_v + i, e5, vl), V2::store(c + 5 * dim_v + half + i, o5, vl);
+    i += static_cast<std::int64_t>(vl);
+  }
+}
+}  // namespace rvv
+#endif  // __riscv_v_intrinsic
+
 void scale_row(float* x, std::int64_t n, float s) {
   for (std::int64_t i = 0; i < n;) {
     const std::size_t vl = F::setvl(static_cast<std::size_t>(n - i));
@@ -807,6 +960,10 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
   const bool dot = x86::uses_dot<TQ, TKV>(dim);
   if (dot) sc.qb.resize(static_cast<std::size_t>(heads * dim));
 #endif
+#if defined(__riscv_v_intrinsic)
+  // bf16 rows in pairs: q and the P.V accumulators in pair order.
+  const bool pairs = rvv::uses_pairs<TKV>(a.cache, dim, dim_v);
+#endif
   for (std::int64_t g = 0; g < heads; ++g) {
     const std::int64_t q_off = b * a.q_stride_b + (kv0 * group + g) * a.q_stride_h;
 #if defined(RVVK_VEC_AVX512)
@@ -824,6 +981,8 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
     }
 #if defined(RVVK_VEC_AVX2)
     if (x86::uses_pairs<TKV>(dim)) to_pairs<16>(dst, dim);
+#elif defined(__riscv_v_intrinsic)
+    if (pairs) rvv::split_pairs(dst, dim);
 #endif
   }
 
@@ -919,10 +1078,20 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
         x86::qk_block(qf, dim, group, kr, nb, sc.scores.data(), pf, sc.kf);
       }
 #else
-      for_head_groups<4>(group, [&](auto ng, std::int64_t g0) {
-        qk_heads<decltype(ng)::value>(qf, dim, kr, nb, sc.scores.data(), g0,
-                                      g0 == 0 ? &pf : nullptr);
-      });
+#if defined(__riscv_v_intrinsic)
+      if constexpr (std::is_same_v<TKV, bf16>) {
+        if (pairs) {
+          for_head_groups<rvv::kKHeads>(group, [&](auto ng, std::int64_t g0) {
+            rvv::qk_heads<decltype(ng)::value>(qf, dim, kr, nb, sc.scores.data(), g0);
+          });
+        }
+      }
+      if (!pairs)
+#endif
+        for_head_groups<4>(group, [&](auto ng, std::int64_t g0) {
+          qk_heads<decltype(ng)::value>(qf, dim, kr, nb, sc.scores.data(), g0,
+                                        g0 == 0 ? &pf : nullptr);
+        });
 #endif
 #endif
       for (std::int64_t g = 0; g < group; ++g) {
@@ -937,9 +1106,19 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
 #elif defined(RVVK_VEC_AVX512)
       x86::pv_block(acc, dim_v, group, vr, nb, sc.scores.data(), dot ? &pf_v : nullptr);
 #else
-      for_head_groups<4>(group, [&](auto ng, std::int64_t g0) {
-        pv_heads<decltype(ng)::value>(acc, dim_v, vr, nb, sc.scores.data(), g0);
-      });
+#if defined(__riscv_v_intrinsic)
+      if constexpr (std::is_same_v<TKV, bf16>) {
+        if (pairs) {
+          for_head_groups<rvv::kVHeads>(group, [&](auto ng, std::int64_t g0) {
+            rvv::pv_heads<decltype(ng)::value>(acc, dim_v, vr, nb, sc.scores.data(), g0);
+          });
+        }
+      }
+      if (!pairs)
+#endif
+        for_head_groups<4>(group, [&](auto ng, std::int64_t g0) {
+          pv_heads<decltype(ng)::value>(acc, dim_v, vr, nb, sc.scores.data(), g0);
+        });
 #endif
     }
     for (std::int64_t h = 0; h < nkv; ++h) {
@@ -963,6 +1142,8 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
       if (x86::uses_pairs<TKV>(dim_v)) from_pairs<16>(out, dim_v);
 #elif defined(RVVK_VEC_AVX512)
       if (x86::uses_pairs<TKV>(dim_v)) from_pairs<32>(out, dim_v);
+#elif defined(__riscv_v_intrinsic)
+      if (pairs) rvv::join_pairs(out, dim_v);
 #endif
       scale_row(out, dim_v, a.cache.v_scale / l);
       out[dim_v] = sc.m[static_cast<std::size_t>(g)] + std::log(l);
