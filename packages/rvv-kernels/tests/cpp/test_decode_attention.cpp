@@ -209,9 +209,10 @@ RVVK_TEST(decode_attention_head_sizes_and_gqa) {
 
 RVVK_TEST(decode_attention_bf16_aligned_rows) {
   // bf16 caches with unpadded rows, as SGLang's pools have them: RVV reads these
-  // rows in 32-bit pairs (even head sizes), K for up to 3 heads and V for up to 6
-  // at a time, so groups of 1 to 10 run every pass size and remainder; odd
-  // head sizes and odd KV head counts too; fp32 and bf16 q.
+  // rows in 32-bit pairs (even head sizes), q.k by gathers with the keys in lanes
+  // (blocks of up to 64 keys in VLEN / 16 at a time) and both products for up to
+  // 6 heads at a time, so groups of 1 to 10 run every pass size and remainder;
+  // odd head sizes (the generic forms) and odd KV head counts too; fp32 and bf16 q.
   const std::int64_t dims[][2] = {{2, 2}, {20, 12}, {64, 64}, {80, 80}, {96, 40},
                                   {128, 128}, {256, 256}, {15, 15}, {576, 512}};
   const std::int64_t heads[][2] = {{12, 2}, {7, 1}, {4, 4}, {8, 1}, {1, 1}, {2, 1},

@@ -718,22 +718,26 @@ void pv_block(float* acc, std::int64_t dim_v, std::int64_t group, const TV* cons
 // The two products on RVV for bf16 caches (namespace rvv): RVV has no bf16
 // arithmetic, and widening a bf16 row element-wise (vle16, vzext.vf2, vsll) is
 // three instructions, two of them at twice the fp32 register group. A 32-bit
-// load of a row instead holds elements 2i (low half) and 2i + 1 (high half) in
-// lane i: one shift gives the even elements in fp32, one mask the odd ones,
-// each at the fp32 group of half the elements. The fp32 operands on the other
-// side are kept split the same way for the whole row (pair order: q's and the
-// P.V accumulators' even elements, then their odd ones; split_pairs /
-// join_pairs), so this is VLEN-agnostic. And the heads of a group share each
-// converted row: K in passes of up to 3 heads at LMUL 4 (3 accumulators, the
-// row's two halves and q's: all 32 registers), V in one pass of up to 6 heads
-// at LMUL 2 (12 accumulators and the row's halves), where the generic forms
-// convert each row once per 4 heads. Rows must be 4-byte aligned (uses_pairs).
-// bench-kernels decode case (VLEN 256; estimated cycles on the in-order
-// DLEN-128 model of bench-e2e-riscv): see the rvv-kernels README.
+// load instead holds elements 2i (low half) and 2i + 1 (high half) in lane i:
+// one shift gives the even elements in fp32, one mask the odd ones, each at
+// the fp32 group of half the elements. The fp32 operands on the other side are
+// kept split the same way for the whole row (pair order: q's and the P.V
+// accumulators' even elements, then their odd ones; split_pairs / join_pairs),
+// so this is VLEN-agnostic. q.k puts the keys in lanes (qk_gather: one indexed
+// load gathers a word of every key's row, each head accumulates it times its
+// scalar q elements: no reduction per key and head, no vector load of q per
+// product); P.V keeps up to 6 heads' accumulators in registers while each V
+// row is converted once (pv_heads). Both at LMUL 2. Rows must be 4-byte
+// aligned (uses_pairs). bench-kernels decode case at VLEN 256 (estimated
+// cycles on the in-order DLEN-128 model of bench-e2e-riscv; the rvv-kernels
+// README has all VLENs): 10.68 M cycles with the generic forms, 8.66 M with
+// pairs and q.k by rows (3 heads per pass at LMUL 4, one vector reduction per
+// key and head), 6.53 M with q.k by gathers.
 namespace rvv {
-using K4 = vec::F32<4>;  // the K product
-using V2 = vec::F32<2>;  // the V product
-constexpr int kKHeads = 3, kVHeads = 6;
+using V2 = vec::F32<2>;  // both products: LMUL 2
+constexpr int kHeads = 6;  // heads per pass of each product
+// qk_gather reads the row pointers as 64-bit offsets.
+static_assert(sizeof(const bf16*) == sizeof(std::uint64_t), "rv64: 64-bit pointers");
 
 inline bool aligned4(const void* base, std::int64_t stride_t, std::int64_t stride_h) {
   return (reinterpret_cast<std::uintptr_t>(base) % 4 == 0) && stride_t % 2 == 0 &&
@@ -768,49 +772,46 @@ RVVK_ALWAYS_INLINE inline const std::uint32_t* words(const bf16* row) {
 }
 
 // scores[g * kBlock + j] = qp[g] . k_j for heads g0 <= g < g0 + NG (q in pair
-// order). The first chunk of words multiplies (no zero fill); later, shorter
-// ones accumulate tail-undisturbed, and the sums reduce the first chunk's lanes.
-// (clang 16 sets vtype around every _tu operation, but that keeps the loads in
-// step with the products: with the tail-agnostic forms for whole chunks it
-// loaded all q chunks first and spilled at 3 heads, and the decode case
-// retired 19% more instructions at VLEN 256.)
+// order), keys in lanes: for each 32-bit word w of the rows, one indexed load
+// gathers word w of up to vlmax keys (offsets from the first key's row), a
+// shift and a mask give their elements 2w and 2w + 1 in fp32, and each head
+// accumulates them times its scalar q elements (vfmacc.vf). No reduction per
+// key and head, and q is read as scalars instead of one vector load per product.
 template <int NG>
-void qk_heads(const float* qp, std::int64_t dim, const bf16* const* krows, std::int64_t nb,
-              float* scores, std::int64_t g0) {
+void qk_gather(const float* qp, std::int64_t dim, const bf16* const* krows, std::int64_t nb,
+               float* scores, std::int64_t g0) {
   const std::int64_t half = dim / 2;
-  const float* q0 = qp + g0 * dim;
-  const float* q1 = q0 + dim;
-  const float* q2 = q1 + dim;
-  for (std::int64_t j = 0; j < nb; ++j) {
-    const std::uint32_t* w = words(krows[j]);
-    const std::size_t vl0 = K4::setvl(static_cast<std::size_t>(half));
-    K4::U raw = K4::load_u32(w, vl0);
-    K4::V ke = K4::bf16_low(raw, vl0), ko = K4::bf16_high(raw, vl0);
-    K4::V a0 = K4::fmacc(K4::mul(ke, K4::load(q0, vl0), vl0), ko, K4::load(q0 + half, vl0), vl0);
-    K4::V a1 = a0, a2 = a0;
-    if constexpr (NG > 1)
-      a1 = K4::fmacc(K4::mul(ke, K4::load(q1, vl0), vl0), ko, K4::load(q1 + half, vl0), vl0);
-    if constexpr (NG > 2)
-      a2 = K4::fmacc(K4::mul(ke, K4::load(q2, vl0), vl0), ko, K4::load(q2 + half, vl0), vl0);
-    for (std::int64_t i = static_cast<std::int64_t>(vl0); i < half;) {
-      const std::size_t vl = K4::setvl(static_cast<std::size_t>(half - i));
-      raw = K4::load_u32(w + i, vl);
-      ke = K4::bf16_low(raw, vl);
-      ko = K4::bf16_high(raw, vl);
-      a0 = K4::fmacc_tu(K4::fmacc_tu(a0, ke, K4::load(q0 + i, vl), vl), ko,
-                        K4::load(q0 + half + i, vl), vl);
-      if constexpr (NG > 1)
-        a1 = K4::fmacc_tu(K4::fmacc_tu(a1, ke, K4::load(q1 + i, vl), vl), ko,
-                          K4::load(q1 + half + i, vl), vl);
+  const float* q = qp + g0 * dim;
+  for (std::int64_t j0 = 0; j0 < nb;) {
+    const std::size_t vl = V2::setvl(static_cast<std::size_t>(nb - j0));
+    const std::uint32_t* base = words(krows[j0]);
+    const vuint64m4_t idx = __riscv_vsub_vx_u64m4(
+        __riscv_vle64_v_u64m4(reinterpret_cast<const std::uint64_t*>(krows + j0), vl),
+        reinterpret_cast<std::uintptr_t>(base), vl);
+    V2::V s0 = V2::splat(0.0f, vl), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0;
+    for (std::int64_t w = 0; w < half; ++w) {
+      const V2::U col = __riscv_vluxei64_v_u32m2(base + w, idx, vl);
+      const V2::V ke = V2::bf16_low(col, vl), ko = V2::bf16_high(col, vl);
+      const float* qw = q + w;
+      s0 = V2::fmacc(V2::fmacc(s0, qw[0], ke, vl), qw[half], ko, vl);
+      if constexpr (NG > 1) s1 = V2::fmacc(V2::fmacc(s1, qw[dim], ke, vl), qw[dim + half], ko, vl);
       if constexpr (NG > 2)
-        a2 = K4::fmacc_tu(K4::fmacc_tu(a2, ke, K4::load(q2 + i, vl), vl), ko,
-                          K4::load(q2 + half + i, vl), vl);
-      i += static_cast<std::int64_t>(vl);
+        s2 = V2::fmacc(V2::fmacc(s2, qw[2 * dim], ke, vl), qw[2 * dim + half], ko, vl);
+      if constexpr (NG > 3)
+        s3 = V2::fmacc(V2::fmacc(s3, qw[3 * dim], ke, vl), qw[3 * dim + half], ko, vl);
+      if constexpr (NG > 4)
+        s4 = V2::fmacc(V2::fmacc(s4, qw[4 * dim], ke, vl), qw[4 * dim + half], ko, vl);
+      if constexpr (NG > 5)
+        s5 = V2::fmacc(V2::fmacc(s5, qw[5 * dim], ke, vl), qw[5 * dim + half], ko, vl);
     }
-    float* s = scores + g0 * kBlock + j;
-    s[0] = K4::reduce_sum(a0, vl0);
-    if constexpr (NG > 1) s[kBlock] = K4::reduce_sum(a1, vl0);
-    if constexpr (NG > 2) s[2 * kBlock] = K4::reduce_sum(a2, vl0);
+    float* s = scores + g0 * kBlock + j0;
+    V2::store(s, s0, vl);
+    if constexpr (NG > 1) V2::store(s + kBlock, s1, vl);
+    if constexpr (NG > 2) V2::store(s + 2 * kBlock, s2, vl);
+    if constexpr (NG > 3) V2::store(s + 3 * kBlock, s3, vl);
+    if constexpr (NG > 4) V2::store(s + 4 * kBlock, s4, vl);
+    if constexpr (NG > 5) V2::store(s + 5 * kBlock, s5, vl);
+    j0 += static_cast<std::int64_t>(vl);
   }
 }
 
@@ -1081,8 +1082,8 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
 #if defined(__riscv_v_intrinsic)
       if constexpr (std::is_same_v<TKV, bf16>) {
         if (pairs) {
-          for_head_groups<rvv::kKHeads>(group, [&](auto ng, std::int64_t g0) {
-            rvv::qk_heads<decltype(ng)::value>(qf, dim, kr, nb, sc.scores.data(), g0);
+          for_head_groups<rvv::kHeads>(group, [&](auto ng, std::int64_t g0) {
+            rvv::qk_gather<decltype(ng)::value>(qf, dim, kr, nb, sc.scores.data(), g0);
           });
         }
       }
@@ -1109,7 +1110,7 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
 #if defined(__riscv_v_intrinsic)
       if constexpr (std::is_same_v<TKV, bf16>) {
         if (pairs) {
-          for_head_groups<rvv::kVHeads>(group, [&](auto ng, std::int64_t g0) {
+          for_head_groups<rvv::kHeads>(group, [&](auto ng, std::int64_t g0) {
             rvv::pv_heads<decltype(ng)::value>(acc, dim_v, vr, nb, sc.scores.data(), g0);
           });
         }
