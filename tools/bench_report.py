@@ -392,8 +392,12 @@ We have no RISC-V board. Every number here is a proxy:
   machine and code: decode 4.3x, extend 2.3x, bandwidth fraction 0.13-0.27): there
   torch_native's own decode is 4-6x faster than on the EPYC (torch's CPU capability
   AVX512; e.g. batch 16 / context 8192 over random rows 100 against 458 ms), so the
-  kernels' ratios are far lower although their own times are similar or better. Section 3
-  now holds a run on an AMD EPYC Zen 4 (kernels `x86_avx512_bf16`, see below). Before
+  kernels' ratios are far lower although their own times are similar or better; then on
+  a 2-core AMD EPYC Zen 4 with AVX512-BF16 (kernels `x86_avx512_bf16`, full run 2026-12-02
+  09:26, checkout cdf947a, before decode tasks became pairs of KV heads: decode 28.9x at
+  batch 16 / context 2048, extend 4.4x at batch 4 / context 2048, bandwidth fraction
+  0.29-0.41; see below). Section 3 now holds a run on a Zen 4 whose VM hides AVX-512
+  (kernels `x86_avx2`, 2026-12-03, see the last point). Before
   the `x86_avx2` variant existed, the EPYC ran the kernels' portable C++ path: extend
   0.17-0.19x torch_native, i.e. 5x slower, decode 2.0-2.2x (`--quick`, batch 1 and 4 /
   context 512); with it, extend 1.3-1.7x and decode
@@ -533,6 +537,38 @@ We have no RISC-V board. Every number here is a proxy:
   timed decode call reads its buffer instead of writing it (see the method above): after a
   write every implementation also paid the write-back of the dirty lines it evicted
   (rvv_kernel batch 1 / context 8192: 1.25 against 0.91 ms).
+- **What bounds the decode here (2026-12-03, section 3).** This session's host was a
+  2-core AMD EPYC of family 25 model 17 (Zen 4) whose VM shows no AVX-512, so the kernels
+  ran as `x86_avx2`; its FMA rate varied between minutes (3.7-4.9 G ymm FMAs per second
+  on one core, a scratch loop of 12 independent chains). Since this run the bench measures
+  in the same run what bounds the decode's bandwidth fraction (see section 3): with its
+  rows in the last-level cache and no flush the kernel read K/V at 0.255 of the copy
+  bandwidth (batch 4 / context 2048, 1.05 ms), so no run from DRAM could reach 0.5 on this
+  machine: the kernel is compute-bound here. 0.5 of this run's copy bandwidth (31.3 GB/s)
+  over 512 bytes of K/V per key and KV head is ~65 ns per key and KV head per thread on
+  two threads, with the memory fully overlapped. The kernel's compute was 65-83 ns on one
+  thread (a scratch program, batch 1 / context 2048, rows in L2/L3) and ~128 ns per thread
+  through the op on two threads (the in-cache measurement), against 39-52 ns for its 192
+  ymm FMAs alone (6 query heads x 128 dims, q.k and P.V) at the measured FMA rate. The
+  call floor: a decode of one 16-token request took 0.064 ms
+  warm and 0.367 ms after the flush the timed calls get. That extra ~0.3 ms is not
+  sleeping threads (the same with `OMP_WAIT_POLICY=active` or `GOMP_SPINCOUNT=100000000`,
+  and after a 5 ms sleep or a 384 MiB rvv-ops GEMV on both threads) but the call path's
+  code and data coming back from DRAM: after the same flush a bare
+  `decode_attention_cpu` call went from 0.026 to 0.14 ms, `rvv_attention.decode` from
+  0.076 to 0.36 ms, even `torch.add` of two 16-element tensors from 0.004 to 0.057 ms,
+  while one 16-token decode call between the flush and the timed call (which then found
+  the path warm) took ~0.3 ms off batch 1 / context 8192. Between two attention calls of
+  one layer a model streams its other layers' weights and KV caches, which evicts the
+  same lines, so the bench keeps its flush: rotating over several layers' pools instead
+  (tried: as fast as calls back to back) would leave the call path warm and flatter batch
+  1. Against torch_native on this host: decode 19.9x at batch 16 / context 2048 (target
+  10x met), extend 2.75x at batch 4 / context 2048 (target 3x not met; 3.2x on the Zen 3
+  with the same variant, 4.4x with AVX512-BF16), bandwidth fraction 0.16-0.23 at context
+  8192 (ceiling 0.255). Same day, on RISC-V (section 1): decode attention over a bf16
+  cache reads its rows in 32-bit pairs and takes q.k with the keys in lanes (indexed
+  loads, no reduction per key and head), 37-42% fewer estimated DLEN-128 cycles for the
+  decode case (e.g. VLEN 256: 10.68 -> 6.53 M) at about the same instruction count.
 - A board result also depends on its memory system, thread count and clock, none of
   which these proxies contain.
 """
