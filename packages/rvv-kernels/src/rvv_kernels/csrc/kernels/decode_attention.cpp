@@ -1082,6 +1082,10 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
 #if defined(__riscv_v_intrinsic)
       if constexpr (std::is_same_v<TKV, bf16>) {
         if (pairs) {
+          // With Zicbop, the next block's rows up front (the generic q.k spreads
+          // them over its keys); without it (this project's builds) nothing.
+          if constexpr (detail::kCanPrefetch)
+            for (std::int64_t j = 0; j < pf.n; ++j) pf.row(j);
           for_head_groups<rvv::kHeads>(group, [&](auto ng, std::int64_t g0) {
             rvv::qk_gather<decltype(ng)::value>(qf, dim, kr, nb, sc.scores.data(), g0);
           });
