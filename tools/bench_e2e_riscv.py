@@ -79,9 +79,15 @@ REPO = Path(__file__).resolve().parent.parent
 GUEST = REPO / "tools" / "guest" / "decode_step.py"
 MODES = ("torch-native", "rvv", "rvv-w8a8")
 NATIVE = "torch-native"
-DLEN = rvvtools.DLEN
-EMUL_BUCKETS = rvvtools.EMUL_BUCKETS
-COUNT_KEYS = ("total", "scalar", "vector", "vsetvl", "vmem", *EMUL_BUCKETS, "vtype_unknown")
+COUNT_KEYS = (
+    "total",
+    "scalar",
+    "vector",
+    "vsetvl",
+    "vmem",
+    *rvvtools.EMUL_BUCKETS,
+    "vtype_unknown",
+)
 # How far per-token counts of identical runs may differ (seen: ~0.05%: a decode step's
 # Python still allocates and hashes a little differently from run to run).
 DETERMINISM = 0.01
@@ -105,11 +111,6 @@ _print_lock = threading.Lock()
 def say(msg: str) -> None:
     with _print_lock:
         print(msg, flush=True)
-
-
-def est_cycles(counts: dict[str, float], vlen: int) -> float:
-    """Cycles under the model above for per-token `counts` (plugin keys) at `vlen`."""
-    return rvvtools.est_cycles(counts, vlen)
 
 
 @dataclass(frozen=True)
@@ -278,11 +279,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"[host] WARNING: torch-native retires {native['vector']:.0f} vector "
                 f"instructions per token; its count at VLEN {native_run.vlen} is reused"
             )
-        native_cycles = est_cycles(native, vlen)
+        native_cycles = rvvtools.est_cycles(native, vlen)
         for mode in modes:
             run = native_run if mode == NATIVE else Run(mode, vlen, hi)
             pt = per_token(run)
-            cycles = est_cycles(pt, vlen)
+            cycles = rvvtools.est_cycles(pt, vlen)
             records.append(
                 {
                     "mode": mode,
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                     "scalar_per_token": round(pt["scalar"]),
                     "vector_per_token": round(pt["vector"]),
                     "vsetvl_per_token": round(pt["vsetvl"]),
-                    "emul_per_token": {k: round(pt[k]) for k in EMUL_BUCKETS},
+                    "emul_per_token": {k: round(pt[k]) for k in rvvtools.EMUL_BUCKETS},
                     "vtype_unknown_per_token": round(pt["vtype_unknown"]),
                     "counted_at_vlen": run.vlen,
                     "tokens": results[run]["tokens"],

@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         for vlen in vlens:
             rvv, scalar = results[(case, vlen, "rvv")], results[(case, vlens[0], "portable")]
+            cycles_rvv = rvvtools.est_cycles(rvv, vlen)
+            cycles_scalar = rvvtools.est_cycles(scalar, vlen)
             record: dict[str, object] = {
                 "kernel": kernels[case],
                 "case": case,
@@ -140,12 +142,10 @@ def main(argv: list[str] | None = None) -> int:
                 "rvv_vector_insns": rvv["vector"],
                 "rvv_vsetvl_insns": rvv["vsetvl"],
                 "rvv_scalar_insns": rvv["scalar"],
-                "est_cycles_rvv": round(rvvtools.est_cycles(rvv, vlen)),
-                "est_cycles_scalar": round(rvvtools.est_cycles(scalar, vlen)),
+                "est_cycles_rvv": round(cycles_rvv),
+                "est_cycles_scalar": round(cycles_scalar),
+                "cycle_ratio": round(cycles_scalar / cycles_rvv, 2),
             }
-            record["cycle_ratio"] = round(
-                rvvtools.est_cycles(scalar, vlen) / rvvtools.est_cycles(rvv, vlen), 2
-            )
             if weight_bytes[case]:
                 record["weight_bytes"] = weight_bytes[case]
                 record["insns_per_weight_byte"] = round(rvv["total"] / weight_bytes[case], 4)
