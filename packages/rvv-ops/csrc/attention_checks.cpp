@@ -106,7 +106,8 @@ std::optional<at::Tensor> sinks_f32(const char* op, const std::optional<at::Tens
 
 std::int64_t TokenTable::at(std::int64_t r, std::int64_t c) const {
   const std::int64_t i = r * stride + c;
-  return int64 ? t->const_data_ptr<std::int64_t>()[i] : t->const_data_ptr<std::int32_t>()[i];
+  return int64 ? static_cast<const std::int64_t*>(data)[i]
+               : static_cast<const std::int32_t*>(data)[i];
 }
 
 TokenTable token_table(const char* op, const at::Tensor& req_to_token) {
@@ -116,6 +117,7 @@ TokenTable token_table(const char* op, const at::Tensor& req_to_token) {
                    type_name(st), "; expected torch.int32 or torch.int64");
   TokenTable table;
   table.t = &req_to_token;
+  table.data = req_to_token.const_data_ptr();
   table.rows = req_to_token.size(0);
   table.cols = req_to_token.size(1);
   table.stride = req_to_token.stride(0);
@@ -123,9 +125,33 @@ TokenTable token_table(const char* op, const at::Tensor& req_to_token) {
   return table;
 }
 
+namespace {
+// Whether row[lo, hi) all lie in [0, tokens).
+template <class T>
+bool entries_in_range(const T* row, std::int64_t lo, std::int64_t hi, std::int64_t tokens) {
+  // Unsigned compare: negative entries wrap to huge values.
+  const auto limit = static_cast<std::uint64_t>(tokens);
+  bool ok = true;
+  for (std::int64_t pos = lo; pos < hi; ++pos)
+    ok &= static_cast<std::uint64_t>(static_cast<std::int64_t>(row[pos])) < limit;
+  return ok;
+}
+}  // namespace
+
 void check_table_entries(const char* op, const TokenTable& table, std::int64_t b,
                          std::int64_t req, std::int64_t lo, std::int64_t hi,
                          std::int64_t tokens, const char* cache_arg) {
+  if (hi <= lo) return;
+  // One pass without branches over the entries (vectorised; a decode step reads one
+  // entry per key, so this runs over every key of the batch), then the first bad entry.
+  const std::int64_t off = req * table.stride;
+  if (table.int64) {
+    if (entries_in_range(static_cast<const std::int64_t*>(table.data) + off, lo, hi, tokens))
+      return;
+  } else if (entries_in_range(static_cast<const std::int32_t*>(table.data) + off, lo, hi,
+                              tokens)) {
+    return;
+  }
   for (std::int64_t pos = lo; pos < hi; ++pos) {
     const std::int64_t row = table.at(req, pos);
     TORCH_CHECK_VALUE(row >= 0 && row < tokens, op, ": req_to_token[", req, ", ", pos, "] is ",
