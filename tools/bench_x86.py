@@ -47,13 +47,17 @@ per second of the median, over the copy bandwidth measured in the same run (a to
 of a uint8 tensor at least twice the last-level cache, bytes read + bytes written per
 second, median of several copies at the start and at the end).
 
-Two measurements bound the decode's bandwidth fraction on the machine at hand (``ceilings``,
-when decode runs): ``in_cache``, rvv_kernel's decode with its K/V rows in the last-level
-cache (calls back to back, no flush), whose fraction is the most the kernel's compute allows
-here - a run from DRAM cannot read faster, so a bandwidth target above it cannot be met on
-this machine (each bandwidth target records it as ``ceiling``); and ``call_floor``, a decode
-of one 16-token request, warm and after the flush: the fixed cost of a call, which a small
-batch pays on top of reading K/V. (On a 2-core Zen 4 VM, 2026-12-03, that call took ~0.06 ms
+Two measurements say what bounds the decode's bandwidth fraction on the machine at hand
+(``ceilings``, when decode runs): ``in_cache``, rvv_kernel's decode with its K/V rows in the
+last-level cache (calls back to back, no flush), whose fraction estimates what the kernel's
+compute allows here (each bandwidth target records it as ``ceiling``) - an estimate, not a
+hard bound: it is measured minutes apart from the DRAM cases, at a shorter context (more of
+each call is fixed cost), and a shared VM's speed drifts between minutes (on a 2-core Zen 3
+VM, 2026-12-03, SGLang's torch_native decode at batch 4 / context 8192 took 85 ms in one
+full run and 140 ms in the next, and one run's batch-4 / context-8192 decode from DRAM
+reached 0.396 against an in-cache 0.334); and ``call_floor``, a decode of one 16-token
+request, warm and after the flush: the fixed cost of a call, which a small batch pays on top
+of reading K/V. (On a 2-core Zen 4 VM, 2026-12-03, that call took ~0.06 ms
 warm and ~0.36 ms after the flush, ~0.14 ms of it in the op; the same after a 5 ms sleep or
 a 384 MiB GEMV, and with ``OMP_WAIT_POLICY=active``: the code and data of the call path
 coming back from DRAM, not sleeping threads.)
@@ -410,9 +414,9 @@ def ceilings(sg: dict[str, Any], llc: int, flush: torch.Tensor) -> dict[str, Any
 
     - ``in_cache``: the decode with its K/V rows in the last-level cache (batch 4, a context
       whose K/V take at most a quarter of the LLC, random rows, calls back to back, no
-      flush): its K/V bytes per second are what the kernel's compute allows; a run from
-      DRAM cannot read faster, so where this is below a bandwidth target the target cannot
-      be met on this machine.
+      flush): its K/V bytes per second estimate what the kernel's compute allows; well
+      below a bandwidth target, the target is out of reach on this machine. Not a hard
+      bound (see the module docstring: other context, other minutes).
     - ``call_floor``: one request of 16 tokens (next to no K/V to read), warm and after the
       cache flush the timed decode calls get: the fixed cost of a call (Python, dispatch, the
       op, its threads), which a small batch pays on top of reading K/V.
@@ -791,7 +795,7 @@ def table(result: dict[str, Any]) -> str:
         lines.append(
             f"in cache (batch {ic['batch']} context {ic['context']}, no flush): "
             f"{ic['median_s'] * 1e3:.3f} ms, bw fraction {ic['bandwidth_fraction']:.3f} "
-            "(the most a bandwidth fraction can reach here)"
+            "(what the kernel's compute allows here, an estimate)"
         )
         lines.append(
             f"call floor (batch 1 context 16): {fl['warm_s'] * 1e3:.3f} ms warm, "
@@ -800,7 +804,7 @@ def table(result: dict[str, Any]) -> str:
     for t in result["targets"]:
         value = "not run" if t["value"] is None else f"{t['value']:.3f}"
         verdict = {True: "met", False: "NOT met", None: "-"}[t["met"]]
-        bound = "" if t["ceiling"] is None else f"; in-cache ceiling {t['ceiling']:.3f}"
+        bound = "" if t["ceiling"] is None else f"; in cache {t['ceiling']:.3f}"
         lines.append(f"target: {t['target']}: {value} ({verdict}{bound})")
     for s in result["skipped"]:
         lines.append(
