@@ -112,7 +112,7 @@ rvvk::KvCache make_cache(const CacheShape& c, const at::Tensor& k_cache,
     kv.v_scales = v_scales->const_data_ptr<float>();
     kv.scales_stride = scales_stride;
   }
-  kv.req_to_token = table.t->const_data_ptr();
+  kv.req_to_token = table.data;
   kv.req_to_token_int64 = table.int64;
   kv.req_to_token_stride = table.stride;
   return kv;

@@ -116,7 +116,6 @@ TokenTable token_table(const char* op, const at::Tensor& req_to_token) {
   TORCH_CHECK_TYPE(st == at::kInt || st == at::kLong, op, ": req_to_token has dtype ",
                    type_name(st), "; expected torch.int32 or torch.int64");
   TokenTable table;
-  table.t = &req_to_token;
   table.data = req_to_token.const_data_ptr();
   table.rows = req_to_token.size(0);
   table.cols = req_to_token.size(1);

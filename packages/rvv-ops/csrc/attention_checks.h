@@ -52,8 +52,7 @@ std::optional<at::Tensor> sinks_f32(const char* op, const std::optional<at::Tens
 
 // req_to_token [requests, max_context], int32 or int64, entries contiguous along a row.
 struct TokenTable {
-  const at::Tensor* t = nullptr;
-  const void* data = nullptr;  // t's elements (read once: at() runs per entry)
+  const void* data = nullptr;  // the tensor's elements (taken once: at() runs per entry)
   std::int64_t rows = 0, cols = 0, stride = 0;
   bool int64 = false;
   std::int64_t at(std::int64_t r, std::int64_t c) const;
