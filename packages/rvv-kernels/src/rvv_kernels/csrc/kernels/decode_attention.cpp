@@ -482,6 +482,21 @@ void pv_block(float* acc, std::int64_t dim_v, std::int64_t group, const TV* cons
 // 1.35x faster than a whole next block's rows asked for during the K product
 // (with the earlier form of the K product: 8 keys' rows converted to an fp32
 // scratch, then 8 accumulators per head; same speed in cache, slower from DRAM).
+// From DRAM the time is about the sum of the compute and the memory's time,
+// not the larger of the two (2-core Zen 3 VM, 2026-12-03, scratch program,
+// two threads, B16 / context 8192, random rows on 2 MiB pages, 64 MiB written
+// before each call, variants alternating call by call; ns per key and KV head
+// and thread): 166 as it is; 126 with the products reading 128 rows that stay
+// in L2 while the prefetches still ask for the real rows; 93 with those
+// L2 rows and no prefetch (the compute alone); 307 from DRAM with no prefetch
+// (a second run: 221, 166, 98, 405). So the prefetch stream alone, with no
+// demand miss, costs the time the memory takes for it, and the demand reads
+// add more. Tried there and not kept: one line asked for per 16 dims of q.k
+// and per 2 keys of P.V (the next block's K and V rows paced over the whole
+// block: same); the rows asked for 1, 2, 3 or 4 blocks ahead (1.1-1.4x
+// slower); prefetcht0, prefetcht2, prefetchnta (same, within the host's
+// drift); one prefetch per 128 or 256 bytes (1.5-1.7x slower: the hardware
+// does not fetch the rest of the row).
 namespace x86 {
 using vec::avx2::active;
 using vec::avx2::ld;
