@@ -46,7 +46,11 @@ mispredictions and the core's actual pipelines are not modelled.
 
 Token agreement: every mode's greedy tokens are compared with
 torch-native's (bf16 rounding differs between the implementations, so near-ties can flip a
-token, and every later token follows the flipped one).
+token, and every later token follows the flipped one). Where they first differ, the record's
+``first_difference`` holds both runs' 8 largest logits at that token (same history before
+it) and, for each run's token, its rank among the other run's logits and how far below that
+run's top logit it is in bf16 spacings (a near-tie: #2, 0-2 spacings below); the run prints
+one line on it.
 
 Writes ``build/bench/e2e_riscv.json`` (``--quick``: ``build/bench/e2e_riscv_quick.json``,
 a smoke check of the harness on a 1-layer, narrow model at VLEN 256): a list of records
@@ -302,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
                     "tokens_agree_with_torch_native": agreement(
                         results[run]["tokens"], native_tokens
                     ),
+                    "first_difference": rvvtools.first_difference(
+                        results[run]["top"], results[native_run]["top"]
+                    ),
                     "decoded": [lo, hi],
                     "runs_agreeing": reps,
                     "shape": shape or "Qwen2.5-1.5B layers x2, vocab 4096, context 512",
@@ -346,6 +353,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['est_cycles_per_token']:>17,} {r['ratio_vs_torch_native']:>17.2f} "
             f"{r['cycle_ratio_vs_torch_native']:>18.2f}  {r['tokens_agree_with_torch_native']}"
         )
+    for r in records:
+        if r["first_difference"] is not None:
+            what = rvvtools.describe_difference(r["mode"], r["first_difference"])
+            say(f"VLEN {r['vlen']}, {what}")
     for r in records:
         target = TARGETS.get(r["mode"])
         if target is not None and r["vlen"] == 256 and not args.quick:

@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import rvvtools
+
 ROOT = Path(__file__).resolve().parent.parent
 IMPL_LABEL = {
     "torch_native": "SGLang torch_native",
@@ -171,6 +173,19 @@ def e2e_section(plt: Any, records: list[dict[str, Any]] | None, img: Path) -> li
             f"{r.get('tokens_agree_with_torch_native', '-')} |"
         )
     out.append("")
+    diffs = [r for r in records if r.get("first_difference")]
+    if diffs:
+        out += [
+            "Where a mode's tokens first differ from torch-native's (the same history before "
+            "that token, so the logits compare): each run's token, its rank among the other "
+            "run's logits and how far below that run's top logit it is, in spacings of bf16 "
+            "at the top logit.",
+            "",
+        ]
+        for r in sorted(diffs, key=lambda r: (r["mode"], r["vlen"])):
+            what = rvvtools.describe_difference(r["mode"], r["first_difference"])
+            out.append(f"- VLEN {r['vlen']}, {what}.")
+        out.append("")
     return out
 
 
@@ -600,6 +615,18 @@ We have no RISC-V board. Every number here is a proxy:
   the 0.5 target is within what the memory allows, and what is missing is the kernel's
   compute (~2x its FMA floor) and the overlap of its row fetches with that compute, which
   the prefetch distance did not change (K rows 8, 16 or 32 keys ahead: the same).
+  Later the same day (a slower hour: 166-221 ns per key and KV head from DRAM), the
+  scratch program let the products read 128 rows that stay in L2 while the prefetches
+  still asked for the real rows: 126-166 ns, against 93-98 ns for the L2 rows with no
+  prefetch and 307-405 ns from DRAM with none. So the prefetch stream alone costs about
+  the time the memory takes for it, on top of the compute, and the reads that still
+  miss add the rest: time here is about compute + memory, not the larger of the two.
+  Pacing the next block's lines over the whole block, asking 1-4 blocks ahead, other
+  prefetch hints and one prefetch per 128 or 256 bytes did not help (the last two
+  1.1-1.7x slower). A synthetic program (random 1 KiB rows, prefetched 8 rows ahead, a
+  fixed FMA load per row) overlapped the two only partly and not reproducibly in the
+  same hour, so it is not settled whether this VM can hide memory time behind compute
+  at all.
 - A board result also depends on its memory system, thread count and clock, none of
   which these proxies contain.
 """

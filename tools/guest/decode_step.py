@@ -29,7 +29,10 @@ Marks for the insncount plugin: ``mark(n)`` right before the first token (n = 0)
 each token n, so the host measures decode steps alone (see tools/qemu-plugin/insncount.c).
 
 Prints progress lines (phases, per-token times) and, with ``--out``, writes
-``{"mode", "tokens", "seconds", "build_info"}`` as JSON.
+``{"mode", "tokens", "top", "seconds", "build_info"}`` as JSON; ``top`` has, per token, the
+8 largest logits as ``[token, logit]`` (the lm_head's output in fp32, argmax order), taken
+after the last mark, so the host can tell a near-tie from a real disagreement where modes
+differ.
 """
 
 # Not in the lint session's mypy list: it runs on the guest's torch 2.6 and imports the
@@ -168,7 +171,7 @@ def rope_native(
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
-def step_native(m: Model, token: int, pos: int) -> int:
+def step_native(m: Model, token: int, pos: int) -> torch.Tensor:
     a = m.a
     d = a.head_dim
     positions = torch.tensor([pos], dtype=torch.int64)
@@ -196,8 +199,7 @@ def step_native(m: Model, token: int, pos: int) -> int:
         half = gate_up.shape[-1] // 2
         hidden = F.linear(F.silu(gate_up[..., :half]) * gate_up[..., half:], lw["down"])
     hidden, _ = rmsnorm_native(hidden, m.final_norm, a.eps, residual)
-    logits = F.linear(hidden, m.lm_head)
-    return int(logits.float().argmax(dim=-1)[0])
+    return F.linear(hidden, m.lm_head)[0].float()
 
 
 # ----------------------------------------------------------------------------- rvv
@@ -238,7 +240,7 @@ class RvvModel:
             x, weight, scale, bias, torch.bfloat16, True
         )
 
-    def step(self, token: int, pos: int) -> int:
+    def step(self, token: int, pos: int) -> torch.Tensor:
         m, a, ops = self.m, self.m.a, torch.ops.sgl_kernel
         d = a.head_dim
         positions = torch.tensor([pos], dtype=torch.int64)
@@ -275,8 +277,22 @@ class RvvModel:
             hidden = self.linear(ops.silu_and_mul_cpu(self.linear(hidden, pw["gate_up"], None)),
                                  pw["down"], None)  # fmt: skip
         ops.fused_add_rmsnorm_cpu(hidden, residual, m.final_norm, a.eps)
-        logits = ops.weight_packed_linear(hidden, self.lm_head, None, True)
-        return int(logits.float().argmax(dim=-1)[0])
+        return ops.weight_packed_linear(hidden, self.lm_head, None, True)[0].float()
+
+
+TOP = 8  # logits kept per token for the host's comparison of modes
+
+
+def top_logits(logits: torch.Tensor) -> list[list[float]]:
+    """The TOP largest of one step's fp32 logits as [token, logit], in argmax order (the
+    first is the greedy token; equal logits: the lower token first, as argmax picks)."""
+    rest = logits.clone()
+    out: list[list[float]] = []
+    for _ in range(min(TOP, rest.numel())):
+        t = int(rest.argmax())
+        out.append([t, float(logits[t])])
+        rest[t] = -math.inf
+    return out
 
 
 def main() -> int:
@@ -315,17 +331,28 @@ def main() -> int:
             step = RvvModel(model, a.mode == "rvv-w8a8").step
         tokens: list[int] = []
         seconds: list[float] = []
+        logits: list[torch.Tensor] = []
         token = 0
         mark(0)
         for n in range(a.tokens):
             start = time.monotonic()
-            token = step(token, a.context + n)
+            step_logits = step(token, a.context + n)
+            token = int(step_logits.argmax())
             mark(n + 1)
             seconds.append(time.monotonic() - start)
             tokens.append(token)
+            logits.append(step_logits)
             log(f"token {n + 1}/{a.tokens}: {token} ({seconds[-1]:.1f} s)")
+        # After the last mark, so the plugin's counts leave it out.
+        top = [top_logits(x) for x in logits]
     if a.out:
-        result = {"mode": a.mode, "tokens": tokens, "seconds": seconds, "build_info": build_info}
+        result = {
+            "mode": a.mode,
+            "tokens": tokens,
+            "top": top,
+            "seconds": seconds,
+            "build_info": build_info,
+        }
         with open(a.out, "w") as f:
             json.dump(result, f, default=str)
     return 0

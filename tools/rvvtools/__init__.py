@@ -52,15 +52,20 @@ Building a torch extension against the root: CMake with ``toolchain_file()``,
 target; or plain flags: ``clang++-16 --target=riscv64-linux-gnu --sysroot=ROOT -march=rv64gcv
 -fPIC -shared -fuse-ld=lld -std=c++17 -isystem ROOT/usr/include/torch/csrc/api/include
 op.cpp -ltorch_cpu -lc10``. Load it in the emulated Python with ``torch.ops.load_library``.
+
+Shared by the benchmarks: the DLEN-128 cycle model (:func:`est_cycles`) and the comparison of
+two runs' greedy tokens by their largest logits (:func:`first_difference`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "INSNCOUNT_MARK_MAGIC",
@@ -282,3 +287,58 @@ def est_cycles(counts: Mapping[str, float], vlen: int) -> float:
     for key, emul in EMUL_BUCKETS.items():
         cycles += counts[key] * max(1.0, emul * vlen / DLEN)
     return cycles
+
+
+# ---------------------------------------------------------------- greedy tokens compared
+# (bench-e2e-riscv records them, bench-report prints them)
+
+
+def bf16_ulps(gap: float, at: float) -> float:
+    """`gap` in units of bf16's spacing at magnitude `at` (8 significant bits)."""
+    if at == 0.0:
+        return math.inf if gap else 0.0
+    return gap / 2.0 ** (math.floor(math.log2(abs(at))) - 7)
+
+
+def first_difference(
+    top: list[list[list[float]]], native_top: list[list[list[float]]]
+) -> dict[str, Any] | None:
+    """Where a mode's greedy tokens first differ from torch-native's (the histories before
+    that token are the same, so the logits compare): both runs' largest logits there, and
+    for each run's token its rank among the other run's logits and how far below that run's
+    top logit it is, in bf16 spacings at the top logit (None: not among the guest's 8)."""
+
+    def place(token: int, ranked: list[list[float]]) -> dict[str, Any] | None:
+        top_logit = ranked[0][1]
+        for rank, (t, logit) in enumerate(ranked, 1):
+            if int(t) == token:
+                below = bf16_ulps(top_logit - logit, top_logit)
+                return {"rank": rank, "below_top_bf16": round(below, 2)}
+        return None
+
+    for i, (mine, ref) in enumerate(zip(top, native_top, strict=True)):
+        if int(mine[0][0]) == int(ref[0][0]):
+            continue
+        return {
+            "token": i + 1,
+            "mode_top": mine,
+            "torch_native_top": ref,
+            "mode_token_in_torch_native": place(int(mine[0][0]), ref),
+            "torch_native_token_in_mode": place(int(ref[0][0]), mine),
+        }
+    return None
+
+
+def describe_difference(mode: str, d: dict[str, Any]) -> str:
+    """One line on a first_difference record."""
+
+    def where(token: int, other: str, p: dict[str, Any] | None) -> str:
+        if p is None:
+            return f"{token}, not among {other}'s 8 largest logits"
+        below = p["below_top_bf16"]
+        return f"{token}, {other}'s #{p['rank']}, {below:g} bf16 spacings below its top"
+
+    mine, ref = int(d["mode_top"][0][0]), int(d["torch_native_top"][0][0])
+    mine_where = where(mine, "torch-native", d["mode_token_in_torch_native"])
+    ref_where = where(ref, mode, d["torch_native_token_in_mode"])
+    return f"token {d['token']}: {mode} chose {mine_where}; torch-native chose {ref_where}"
