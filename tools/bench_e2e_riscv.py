@@ -55,7 +55,8 @@ one line on it.
 Writes ``build/bench/e2e_riscv.json`` (``--quick``: ``build/bench/e2e_riscv_quick.json``,
 a smoke check of the harness on a 1-layer, narrow model at VLEN 256): a list of records
 ``{"mode", "vlen", "insns_per_token", "est_cycles_per_token", "ratio_vs_torch_native",
-"cycle_ratio_vs_torch_native", ...}`` (ratios: torch-native's per-token count over the mode's).
+"cycle_ratio_vs_torch_native", "git", "date_utc", ...}`` (ratios: torch-native's per-token
+count over the mode's; ``git``, ``date_utc``: the checkout and when the run started).
 At most two QEMU processes run at once (``--jobs``); each run is bounded by ``--timeout``.
 """
 
@@ -63,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import datetime
 import json
 import shlex
 import subprocess
@@ -236,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
         "e2e_riscv_quick.json" if args.quick else "e2e_riscv.json"
     )
     t_start = time.monotonic()
+    run_facts = {
+        "git": rvvtools.git_describe(),
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
 
     say("[host] provisioning (clang-16, QEMU 7.2 + insncount plugin, QEMU 10, riscv64 root)")
     rvvtools.provision(["toolchain", "qemu7", "plugin", "qemu10", "root"])
@@ -314,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
                     "shape": shape or "Qwen2.5-1.5B layers x2, vocab 4096, context 512",
                     "quick": args.quick,
                     "bench_wall_s": round(time.monotonic() - t_start),
+                    **run_facts,
                 }
             )
         # Written after every VLEN, so a long run that is stopped keeps what it finished.

@@ -146,6 +146,8 @@ def e2e_section(plt: Any, records: list[dict[str, Any]] | None, img: Path) -> li
     _save(plt, fig, img / "e2e_insns_per_token.png")
     first = records[0]
     lo, hi = first.get("decoded", ["?", "?"])
+    if "date_utc" in first:
+        out += [f"Run {first['date_utc']}, checkout `{first.get('git', '?')}`.", ""]
     out += [
         f"Shape: {first.get('shape', '?')}. Instructions per token are counted between the "
         f"marks the guest sets after decoded tokens {lo} and {hi} of one run (start-up, "

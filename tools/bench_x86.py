@@ -97,6 +97,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import rvvtools  # tools/ is sys.path[0]: this file runs as a script
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,17 +166,6 @@ def _uptime() -> str:
         return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def _git() -> str:
-    """The checkout's commit (``-dirty``: with uncommitted changes)."""
-    try:
-        return subprocess.run(
-            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def machine_facts() -> dict[str, Any]:
     import rvv_ops
 
@@ -191,7 +181,7 @@ def machine_facts() -> dict[str, Any]:
         "torch": torch.__version__,
         "sglang": str(getattr(sglang, "__version__", "?")),
         "rvv_ops_build": dict(rvv_ops.build_info()),
-        "git": _git(),
+        "git": rvvtools.git_describe(),
         "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "uptime_start": _uptime(),
         "loadavg_start": list(os.getloadavg()),

@@ -289,6 +289,18 @@ def est_cycles(counts: Mapping[str, float], vlen: int) -> float:
     return cycles
 
 
+def git_describe() -> str:
+    """The project checkout's commit (``-dirty``: with uncommitted changes), for benchmark
+    records; "unknown" outside a git checkout."""
+    try:
+        return subprocess.run(
+            ["git", "-C", str(_TOOLS.parent), "describe", "--always", "--dirty"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 # ---------------------------------------------------------------- greedy tokens compared
 # (bench-e2e-riscv records them, bench-report prints them)
 
