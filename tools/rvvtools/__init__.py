@@ -69,9 +69,14 @@ from typing import Any
 
 __all__ = [
     "INSNCOUNT_MARK_MAGIC",
+    "bf16_ulps",
     "cache_dir",
     "cpu_string",
     "cross_sysroot",
+    "describe_difference",
+    "est_cycles",
+    "first_difference",
+    "git_describe",
     "guest_env",
     "parse_insncount",
     "parse_insncount_marks",
@@ -318,7 +323,7 @@ def first_difference(
     """Where a mode's greedy tokens first differ from torch-native's (the histories before
     that token are the same, so the logits compare): both runs' largest logits there, and
     for each run's token its rank among the other run's logits and how far below that run's
-    top logit it is, in bf16 spacings at the top logit (None: not among the guest's 8)."""
+    top logit it is, in bf16 spacings at the top logit (None: not among the logits kept)."""
 
     def place(token: int, ranked: list[list[float]]) -> dict[str, Any] | None:
         top_logit = ranked[0][1]
@@ -344,13 +349,14 @@ def first_difference(
 def describe_difference(mode: str, d: dict[str, Any]) -> str:
     """One line on a first_difference record."""
 
-    def where(token: int, other: str, p: dict[str, Any] | None) -> str:
+    def where(token: int, other: str, kept: int, p: dict[str, Any] | None) -> str:
         if p is None:
-            return f"{token}, not among {other}'s 8 largest logits"
+            return f"{token}, not among {other}'s {kept} largest logits"
         below = p["below_top_bf16"]
         return f"{token}, {other}'s #{p['rank']}, {below:g} bf16 spacings below its top"
 
-    mine, ref = int(d["mode_top"][0][0]), int(d["torch_native_top"][0][0])
-    mine_where = where(mine, "torch-native", d["mode_token_in_torch_native"])
-    ref_where = where(ref, mode, d["torch_native_token_in_mode"])
+    mode_top, native_top = d["mode_top"], d["torch_native_top"]
+    mine, ref = int(mode_top[0][0]), int(native_top[0][0])
+    mine_where = where(mine, "torch-native", len(native_top), d["mode_token_in_torch_native"])
+    ref_where = where(ref, mode, len(mode_top), d["torch_native_token_in_mode"])
     return f"token {d['token']}: {mode} chose {mine_where}; torch-native chose {ref_where}"
