@@ -10,7 +10,8 @@ single-threaded). Prints a table and writes ``build/bench/kernels.json``: a list
 ``{"kernel", "case", "vlen", "insns_rvv", "insns_scalar", "ratio", ...}``. Cases that stream
 a weight matrix (linear layers at M = 1; ``rvvk_bench --list`` gives their weight bytes)
 also get ``weight_bytes`` and ``insns_per_weight_byte`` (RVV instructions per weight byte:
-what decides whether an in-order core keeps up with its memory). Every record also has
+what decides whether an in-order core keeps up with its memory). Every record carries the
+run's checkout and start time (``git``, ``date_utc``, as bench-e2e-riscv's) and also has
 ``est_cycles_rvv`` / ``est_cycles_scalar`` and their ratio ``cycle_ratio``: the cycles of
 an in-order, dual-issue core with a 128-bit datapath such as the SpacemiT X60 under the
 model of ``rvvtools.est_cycles`` (also bench-e2e-riscv's): a scalar instruction 1/2 cycle,
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import datetime
 import json
 import os
 import subprocess
@@ -115,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
 
     # The portable variant runs no vector instruction, so its count does not depend on
     # VLEN: it is counted once per case (at the first VLEN) and reused.
+    run = {
+        "git": rvvtools.git_describe(),
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
     jobs = [(c, v, "rvv") for c in cases for v in vlens] + [
         (c, vlens[0], "portable") for c in cases
     ]
@@ -145,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                 "est_cycles_rvv": round(cycles_rvv),
                 "est_cycles_scalar": round(cycles_scalar),
                 "cycle_ratio": round(cycles_scalar / cycles_rvv, 2),
+                **run,
             }
             if weight_bytes[case]:
                 record["weight_bytes"] = weight_bytes[case]

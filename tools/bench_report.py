@@ -94,6 +94,9 @@ def kernels_section(plt: Any, records: list[dict[str, Any]] | None, img: Path) -
     ax.set_title("Retired instructions per call under QEMU: scalar / RVV")
     ax.legend(fontsize=8)
     _save(plt, fig, img / "kernels_ratio.png")
+    first = records[0]
+    if "date_utc" in first:
+        out += [f"Run {first['date_utc']}, checkout `{first.get('git', '?')}`.", ""]
     out += [
         "Each case's kernel call, counted with QEMU 7.2's instruction-count plugin (user mode,",
         "one thread) as the difference of runs with 2 and 1 calls; `scalar` is the portable",
