@@ -420,7 +420,8 @@ We have no RISC-V board. Every number here is a proxy:
   0.29-0.41; see below). Then on a Zen 4 whose VM hides AVX-512 (kernels
   `x86_avx2`, 2026-12-03 09:30: decode 19.9x, extend 2.75x, bandwidth fraction 0.16-0.23;
   see "What bounds the decode here"); section 3 now holds a run on a Zen 3 (`x86_avx2`,
-  2026-12-03 12:38, see the last point). Before
+  2026-12-03 19:11, see the last two points; the run at 12:38 on the same host: decode
+  21.1x, extend 2.89x, bandwidth fraction 0.26-0.39). Before
   the `x86_avx2` variant existed, the EPYC ran the kernels' portable C++ path: extend
   0.17-0.19x torch_native, i.e. 5x slower, decode 2.0-2.2x (`--quick`, batch 1 and 4 /
   context 512); with it, extend 1.3-1.7x and decode
@@ -592,46 +593,61 @@ We have no RISC-V board. Every number here is a proxy:
   cache reads its rows in 32-bit pairs and takes q.k with the keys in lanes (indexed
   loads, no reduction per key and head), 37-42% fewer estimated DLEN-128 cycles for the
   decode case (e.g. VLEN 256: 10.68 -> 6.53 M) at about the same instruction count.
-- **Decode on a Zen 3 (2026-12-03 afternoon, section 3).** A 2-core AMD EPYC of family 25
-  model 1 (Zen 3, no AVX-512, kernels `x86_avx2`): dependent adds ran at 3.1-3.2 GHz and an
-  inline-assembly loop of 12 independent ymm FMAs at 6.0-6.4 G per second (2 per cycle); a
-  C++ loop of the same shape measured only 1.8-2.4 G here, so the FMA rates quoted above
-  from such a loop (3.7-4.9 G on the Zen 4) probably understate the peak. The host's speed
-  drifted: the same scratch decode call took 0.65 or 0.92 ms seconds apart, and three full
-  runs of this bench within an hour gave bandwidth fractions of 0.25-0.40, 0.22-0.35 and
-  0.26-0.39 (torch_native's batch-4 / context-8192 decode: 85, 140 and 103 ms). Found and
-  fixed: the op checked every req_to_token entry the kernels read through
-  `Tensor::const_data_ptr<T>()` per entry (its dtype and storage checks each time),
-  ~10.4 ns per entry, serially before the kernels start: ~1.3 ms of a ~19 ms call at
-  batch 16 / context 8192. Now one branch-free pass over a raw pointer, ~0.8 ns per entry.
-  Where the kernel's time goes (scratch program linked to the kernel library, one thread,
-  rows in L2, perf samples by symbol): 61-62 ns per key and KV head, twice the ~30 ns its
-  192 ymm FMAs need at the peak; q.k 46% of the samples, P.V 36%, the online softmax 9%.
-  Their inner loops are as intended (q.k: 24 FMAs with q as memory operands, 2 loads, 2
-  shifts and 2 masks per 16 dims of 2 keys; P.V: 12 FMAs, 6 broadcasts, 1 load, a shift
-  and a mask per key and 16 dims), and grouping q.k's 6 heads as 2 x 3 or 3 x 2 (more keys
-  per step, fewer q loads per FMA) ran at the same speed (81-83 ns in alternating calls at
-  a slow minute). With the rows in L3, 2 MiB pages took 117 -> 70 ns per key and KV head
-  over random rows against 4 KiB pages (TLB misses; the bench and the rvv backend advise
-  2 MiB pages). From DRAM, two threads, batch 16 / context 8192: 105-170 ns over random
-  rows and 90-108 ns over consecutive ones, while a program that only reads the same
-  random 512-byte K and V pieces (prefetched 4-64 rows ahead) streamed 12-16 GB/s, and
-  consecutive ones ~30 GB/s, against a copy bandwidth of ~20 GB/s (read + written): so here
-  the 0.5 target is within what the memory allows, and what is missing is the kernel's
-  compute (~2x its FMA floor) and the overlap of its row fetches with that compute, which
-  the prefetch distance did not change (K rows 8, 16 or 32 keys ahead: the same).
-  Later the same day (a slower hour: 166-221 ns per key and KV head from DRAM), the
+- **Decode on a Zen 3 (2026-12-03 afternoon, the host of section 3).** A 2-core AMD EPYC
+  of family 25 model 1 (Zen 3, no AVX-512, kernels `x86_avx2`): dependent adds ran at
+  3.1-3.2 GHz and an inline-assembly loop of 12 independent ymm FMAs at 6.0-6.4 G per
+  second (2 per cycle); a C++ loop of the same shape measured only 1.8-2.4 G here, so the
+  FMA rates quoted above from such a loop (3.7-4.9 G on the Zen 4) probably understate the
+  peak. The host's speed drifted: the same scratch decode call took 0.65 or 0.92 ms
+  seconds apart, and three full runs of this bench within an hour gave bandwidth fractions
+  of 0.25-0.40, 0.22-0.35 and 0.26-0.39 (torch_native's batch-4 / context-8192 decode: 85,
+  140 and 103 ms). Found and fixed: the op checked every req_to_token entry the kernels
+  read through `Tensor::const_data_ptr<T>()` per entry (its dtype and storage checks each
+  time), ~10.4 ns per entry, serially before the kernels start: ~1.3 ms of a ~19 ms call
+  at batch 16 / context 8192. Now one branch-free pass over a raw pointer, ~0.8 ns per
+  entry. Where the kernel's time goes (scratch program linked to the kernel library, one
+  thread, rows in L2, perf samples by symbol): 61-62 ns per key and KV head, twice the ~30
+  ns its 192 ymm FMAs need at the peak; q.k 46% of the samples, P.V 36%, the online
+  softmax 9%. Their inner loops are as intended (q.k: 24 FMAs with q as memory operands, 2
+  loads, 2 shifts and 2 masks per 16 dims of 2 keys; P.V: 12 FMAs, 6 broadcasts, 1 load, a
+  shift and a mask per key and 16 dims), and grouping q.k's 6 heads as 2 x 3 or 3 x 2
+  (more keys per step, fewer q loads per FMA) ran at the same speed (81-83 ns in
+  alternating calls at a slow minute). With the rows in L3, 2 MiB pages took 117 -> 70 ns
+  per key and KV head over random rows against 4 KiB pages (TLB misses; the bench and the
+  rvv backend advise 2 MiB pages). From DRAM, two threads, batch 16 / context 8192:
+  105-170 ns over random rows and 90-108 ns over consecutive ones, while a program that
+  only reads the same random 512-byte K and V pieces (prefetched 4-64 rows ahead) streamed
+  12-16 GB/s, and consecutive ones ~30 GB/s, against a copy bandwidth of ~20 GB/s (read +
+  written): so here the 0.5 target is within what the memory allows, and what is missing
+  is the kernel's compute (~2x its FMA floor) and the overlap of its row fetches with that
+  compute, which the prefetch distance did not change (K rows 8, 16 or 32 keys ahead: the
+  same). Later the same day (a slower hour: 166-221 ns per key and KV head from DRAM), the
   scratch program let the products read 128 rows that stay in L2 while the prefetches
   still asked for the real rows: 126-166 ns, against 93-98 ns for the L2 rows with no
   prefetch and 307-405 ns from DRAM with none. So the prefetch stream alone costs about
-  the time the memory takes for it, on top of the compute, and the reads that still
-  miss add the rest: time here is about compute + memory, not the larger of the two.
-  Pacing the next block's lines over the whole block, asking 1-4 blocks ahead, other
-  prefetch hints and one prefetch per 128 or 256 bytes did not help (the last two
-  1.1-1.7x slower). A synthetic program (random 1 KiB rows, prefetched 8 rows ahead, a
-  fixed FMA load per row) overlapped the two only partly and not reproducibly in the
-  same hour, so it is not settled whether this VM can hide memory time behind compute
-  at all.
+  the time the memory takes for it, on top of the compute, and the reads that still miss
+  add the rest: time here is about compute + memory, not the larger of the two. Pacing the
+  next block's lines over the whole block, asking 1-4 blocks ahead, other prefetch hints
+  and one prefetch per 128 or 256 bytes did not help (the last two 1.1-1.7x slower). A
+  synthetic program (random 1 KiB rows, prefetched 8 rows ahead, a fixed FMA load per row)
+  overlapped the two only partly and not reproducibly in the same hour, so it is not
+  settled whether this VM can hide memory time behind compute at all.
+- **Extend on the Zen 3 (2026-12-03 evening, section 3).** The `x86_avx2` extend spent
+  ~83% of its samples in its two matrix products (6 keys x 16 query rows and 6 rows x 16
+  value columns of accumulators in registers), which run at 85-97% of the FMA peak in a
+  scratch program over blocks in cache but ~10-20% slower when each block's converted K and
+  V rows come from a 4 MiB buffer, as in the kernel: a request's converted rows (2 MiB per
+  KV head at context 2048, shared by its query blocks) live in L3, and each product's first
+  pass over a block waited for them. Now q.k asks for the block's V rows and P.V for the
+  next block's K rows (where already converted), a few lines per tile: batch 4 / context
+  2048 235 -> 211 and 250 -> 228 ms on two threads in alternating scratch calls, a full
+  prefill (context 512, where every block is converted just before its products)
+  unchanged. Against torch_native at batch 4 / context 2048: 3.05x in the full run of
+  section 3 (2.89x in the run before the change), 3.12x and 3.09x in extend-only runs right
+  after it. Tried and not kept: q.k on 3 keys x 32 rows (7 loads per 12 FMAs instead of 8,
+  half the K-row passes; 15% faster alone in cache, no difference in the kernel), P.V on 3
+  rows x 32 columns (the same as 6 x 16 alone), prefetcht1 instead of prefetcht0 (the
+  same).
 - A board result also depends on its memory system, thread count and clock, none of
   which these proxies contain.
 """
