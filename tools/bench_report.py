@@ -310,7 +310,7 @@ def x86_section(plt: Any, data: dict[str, Any] | None, img: Path) -> list[str]:
     ]
     out += [f"- `{k}`: {v};" for k, v in method["impls"].items()]
     out += [
-        f"- {method['statistic']}; up to {method['repeats']} timed calls per case and "
+        f"- {method['statistic']}; {method['repeats']} timed calls per case and "
         f"implementation ({method['repeats_rule']}); {method['cold_cache']};",
         *([f"- KV pages: {method['kv_pages']};"] if "kv_pages" in method else []),
         f"- numerics: {method['numerics']}: "

@@ -32,7 +32,10 @@ a prefix-cache hit followed by a 512-token chunk; at context 512 a full prefill)
 Per case every implementation runs once untimed and its output is compared with
 torch_native's (bf16 tolerance, atol = rtol = 2e-2; non-finite values fail), so a fast but
 wrong path cannot win; then ``repeats`` timed calls, the implementations interleaved call by
-call so load changes hit them alike; the medians are reported. Before each timed decode call
+call so load changes hit them alike; the medians are reported. The cases the targets below
+name get at least ``target_repeats`` (11) timed calls: on a 2-core Zen 3 VM whose speed
+drifted by ~1.5x between minutes (2026-12-03), five calls left the extend ratio at batch 4 /
+context 2048 anywhere in 2.75-3.12x across runs of the same code. Before each timed decode call
 a buffer twice the size of the last-level cache is read (a real model's 28 layers do not
 keep one layer's KV cache in cache between decode steps; what they do in between is read
 their weights and KV caches, which leaves clean lines in the caches. Until 2026-12-02 the
@@ -68,7 +71,8 @@ Writes ``build/bench/x86.json``: ``{"machine", "method", "copy_bandwidth", "nume
 "bandwidth_fraction"}`` (null where not applicable; ``layout`` ``random`` or
 ``contiguous``), and prints a table. Nothing here asserts a timing.
 
-Usage: python tools/bench_x86.py [--quick] [--out FILE] [--repeats N] [--budget S]
+Usage: python tools/bench_x86.py [--quick] [--out FILE] [--repeats N] [--target-repeats N]
+       [--budget S]
        [--batch B ...] [--context C ...] [--op decode|extend ...] [--skip OP:B:C ...]
        [--time-limit MIN] [--contiguous-context C ...]
 (``--quick``: batch {1, 4} x context {512}, 2 repeats, decode also contiguous: a smoke
@@ -131,6 +135,9 @@ TARGETS = (
         for b in (1, 4, 16)
     ),
 )  # fmt: skip
+# The cases the targets name (op, batch, context, layout).
+TARGET_CASES = frozenset((t[1], t[2], t[3], t[4]) for t in TARGETS)
+TARGET_REPEATS = 11
 
 
 # ------------------------------------------------------------------------------ machine
@@ -463,6 +470,7 @@ class Options:
     budget: float
     time_limit: float | None
     contiguous: tuple[int, ...]  # decode contexts also run with the contiguous layout
+    target_repeats: int = 0  # at least this many timed calls in the cases TARGETS names
 
 
 def parse(argv: list[str] | None) -> tuple[Options, Path, bool]:
@@ -470,6 +478,10 @@ def parse(argv: list[str] | None) -> tuple[Options, Path, bool]:
     p.add_argument("--quick", action="store_true", help="batch {1, 4} x context {512}, 2 repeats")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON file ({DEFAULT_OUT})")
     p.add_argument("--repeats", type=int, help="timed calls per case and implementation (5)")
+    p.add_argument(
+        "--target-repeats", type=int,
+        help="at least this many timed calls in the cases the targets name (11; --quick: 0)",
+    )  # fmt: skip
     p.add_argument(
         "--budget", type=float, default=30.0,
         help="seconds per case: fewer repeats (at least 3) where one round takes longer (30)",
@@ -507,7 +519,7 @@ def parse(argv: list[str] | None) -> tuple[Options, Path, bool]:
         big = max(512 << 20, 2 * llc)
         opts = Options(
             BATCHES, CONTEXTS, OPS, 5, frozenset(skip), big, big, 5, a.budget, limit,
-            CONTIGUOUS_CONTEXTS,
+            CONTIGUOUS_CONTEXTS, TARGET_REPEATS,
         )  # fmt: skip
     if a.batch:
         opts.batches = tuple(a.batch)
@@ -517,6 +529,8 @@ def parse(argv: list[str] | None) -> tuple[Options, Path, bool]:
         opts.ops = tuple(a.op)
     if a.repeats:
         opts.repeats = a.repeats
+    if a.target_repeats is not None:
+        opts.target_repeats = a.target_repeats
     if a.contiguous_context:
         opts.contiguous = tuple(c for c in a.contiguous_context if c > 0)
     return opts, a.out, a.quick
@@ -615,8 +629,11 @@ def run(opts: Options) -> dict[str, Any]:
             t_check = time.perf_counter() - t_check
             numerics += check(op, b, c, layout, outs)
             del outs
-            # Long cases get fewer repeats (at least 3): about budget seconds per case.
+            # Long cases get fewer repeats (at least 3): about budget seconds per case;
+            # the targets' cases at least target_repeats.
             reps = max(min(3, opts.repeats), min(opts.repeats, int(opts.budget / t_check)))
+            if (op, b, c, layout) in TARGET_CASES:
+                reps = max(reps, opts.target_repeats)
             bar.total -= (opts.repeats - reps) * len(IMPLS)
             bar.set_postfix_str(name)
             for _ in range(reps):
@@ -714,7 +731,9 @@ def method(opts: Options) -> dict[str, Any]:
         },
         "repeats": opts.repeats,
         "repeats_rule": f"min(repeats, max(3, {opts.budget:g} s / the time of one call of "
-        "each impl)); 'samples' holds every timed call",
+        f"each impl)), at least {opts.target_repeats} in the cases the targets name; "
+        "'samples' holds every timed call",
+        "target_repeats": opts.target_repeats,
         "statistic": "median of the timed calls; implementations interleaved call by call",
         "cold_cache": f"decode: {opts.flush_bytes >> 20} MiB read before each timed call "
         "(clean lines in the caches, as after a model's other layers)",
