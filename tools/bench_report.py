@@ -420,8 +420,9 @@ We have no RISC-V board. Every number here is a proxy:
   0.29-0.41; see below). Then on a Zen 4 whose VM hides AVX-512 (kernels
   `x86_avx2`, 2026-12-03 09:30: decode 19.9x, extend 2.75x, bandwidth fraction 0.16-0.23;
   see "What bounds the decode here"); section 3 now holds a run on a Zen 3 (`x86_avx2`,
-  2026-12-03 19:11, see the last two points; the run at 12:38 on the same host: decode
-  21.1x, extend 2.89x, bandwidth fraction 0.26-0.39). Before
+  2026-12-03 20:56, see the last two points; the runs at 12:38 and 19:11 on the same host:
+  decode 21.1x and 20.0x, extend 2.89x and 3.05x, bandwidth fraction 0.26-0.39 and
+  0.24-0.44). Before
   the `x86_avx2` variant existed, the EPYC ran the kernels' portable C++ path: extend
   0.17-0.19x torch_native, i.e. 5x slower, decode 2.0-2.2x (`--quick`, batch 1 and 4 /
   context 512); with it, extend 1.3-1.7x and decode
@@ -635,19 +636,20 @@ We have no RISC-V board. Every number here is a proxy:
 - **Extend on the Zen 3 (2026-12-03 evening, section 3).** The `x86_avx2` extend spent
   ~83% of its samples in its two matrix products (6 keys x 16 query rows and 6 rows x 16
   value columns of accumulators in registers), which run at 85-97% of the FMA peak in a
-  scratch program over blocks in cache but ~10-20% slower when each block's converted K and
-  V rows come from a 4 MiB buffer, as in the kernel: a request's converted rows (2 MiB per
-  KV head at context 2048, shared by its query blocks) live in L3, and each product's first
-  pass over a block waited for them. Now q.k asks for the block's V rows and P.V for the
-  next block's K rows (where already converted), a few lines per tile: batch 4 / context
-  2048 235 -> 211 and 250 -> 228 ms on two threads in alternating scratch calls, a full
-  prefill (context 512, where every block is converted just before its products)
-  unchanged. Against torch_native at batch 4 / context 2048: 3.05x in the full run of
-  section 3 (2.89x in the run before the change), 3.12x and 3.09x in extend-only runs right
-  after it. Tried and not kept: q.k on 3 keys x 32 rows (7 loads per 12 FMAs instead of 8,
-  half the K-row passes; 15% faster alone in cache, no difference in the kernel), P.V on 3
-  rows x 32 columns (the same as 6 x 16 alone), prefetcht1 instead of prefetcht0 (the
-  same).
+  scratch program over blocks in cache but ~10-20% slower when each block's converted K
+  and V rows come from a 4 MiB buffer, as in the kernel: a request's converted rows (2 MiB
+  per KV head at context 2048, shared by its query blocks) live in L3, and each product's
+  first pass over a block waited for them. Now q.k asks for the block's V rows and P.V for
+  the next block's K rows (where already converted), a few lines per tile: batch 4 /
+  context 2048 235 -> 211 and 250 -> 228 ms on two threads in alternating scratch calls, a
+  full prefill (context 512, where every block is converted just before its products)
+  unchanged. Against torch_native at batch 4 / context 2048, five runs after the change:
+  3.05x (full run, 19:11), 3.12x, 3.09x and 2.75x (extend-only runs) and 2.88x (section 3,
+  20:56, 11 timed calls; rvv_kernel's calls 141-195 ms, torch_native's 440-508), against
+  2.5-2.95x before it (2.89x at 12:38): the target is at the edge of what this host gives.
+  Tried and not kept: q.k on 3 keys x 32 rows (7 loads per 12 FMAs instead of 8, half the
+  K-row passes; 15% faster alone in cache, no difference in the kernel), P.V on 3 rows x
+  32 columns (the same as 6 x 16 alone), prefetcht1 instead of prefetcht0 (the same).
 - A board result also depends on its memory system, thread count and clock, none of
   which these proxies contain.
 """
