@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import datetime
 import json
 import shlex
 import subprocess
@@ -238,10 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         "e2e_riscv_quick.json" if args.quick else "e2e_riscv.json"
     )
     t_start = time.monotonic()
-    run_facts = {
-        "git": rvvtools.git_describe(),
-        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    }
+    run_facts = rvvtools.run_stamp()
 
     say("[host] provisioning (clang-16, QEMU 7.2 + insncount plugin, QEMU 10, riscv64 root)")
     rvvtools.provision(["toolchain", "qemu7", "plugin", "qemu10", "root"])

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import datetime
 import json
 import os
 import subprocess
@@ -115,12 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown cases {unknown}; known: {sorted(kernels)}")
 
+    run = rvvtools.run_stamp()
     # The portable variant runs no vector instruction, so its count does not depend on
     # VLEN: it is counted once per case (at the first VLEN) and reused.
-    run = {
-        "git": rvvtools.git_describe(),
-        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    }
     jobs = [(c, v, "rvv") for c in cases for v in vlens] + [
         (c, vlens[0], "portable") for c in cases
     ]

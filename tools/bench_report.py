@@ -66,6 +66,14 @@ def _save(plt: Any, fig: Any, path: Path) -> None:
     plt.close(fig)
 
 
+def _run_line(record: dict[str, Any]) -> list[str]:
+    """The line "Run DATE, checkout X." for a record with ``date_utc``
+    (rvvtools.run_stamp); none for older records, which lack it."""
+    if "date_utc" not in record:
+        return []
+    return [f"Run {record['date_utc']}, checkout `{record.get('git', '?')}`.", ""]
+
+
 # ------------------------------------------------------------------------------ kernels
 
 
@@ -94,9 +102,7 @@ def kernels_section(plt: Any, records: list[dict[str, Any]] | None, img: Path) -
     ax.set_title("Retired instructions per call under QEMU: scalar / RVV")
     ax.legend(fontsize=8)
     _save(plt, fig, img / "kernels_ratio.png")
-    first = records[0]
-    if "date_utc" in first:
-        out += [f"Run {first['date_utc']}, checkout `{first.get('git', '?')}`.", ""]
+    out += _run_line(records[0])
     out += [
         "Each case's kernel call, counted with QEMU 7.2's instruction-count plugin (user mode,",
         "one thread) as the difference of runs with 2 and 1 calls; `scalar` is the portable",
@@ -149,8 +155,7 @@ def e2e_section(plt: Any, records: list[dict[str, Any]] | None, img: Path) -> li
     _save(plt, fig, img / "e2e_insns_per_token.png")
     first = records[0]
     lo, hi = first.get("decoded", ["?", "?"])
-    if "date_utc" in first:
-        out += [f"Run {first['date_utc']}, checkout `{first.get('git', '?')}`.", ""]
+    out += _run_line(first)
     out += [
         f"Shape: {first.get('shape', '?')}. Instructions per token are counted between the "
         f"marks the guest sets after decoded tokens {lo} and {hi} of one run (start-up, "

@@ -84,7 +84,6 @@ a case predicted to end after the limit is left out and listed in ``skipped``.)
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import importlib
 import json
@@ -188,8 +187,7 @@ def machine_facts() -> dict[str, Any]:
         "torch": torch.__version__,
         "sglang": str(getattr(sglang, "__version__", "?")),
         "rvv_ops_build": dict(rvv_ops.build_info()),
-        "git": rvvtools.git_describe(),
-        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        **rvvtools.run_stamp(),
         "uptime_start": _uptime(),
         "loadavg_start": list(os.getloadavg()),
     }

@@ -59,6 +59,7 @@ two runs' greedy tokens by their largest logits (:func:`first_difference`).
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import re
@@ -86,6 +87,7 @@ __all__ = [
     "qemu10",
     "qemu_cmd",
     "riscv_root",
+    "run_stamp",
     "toolchain_file",
 ]
 
@@ -304,6 +306,13 @@ def git_describe() -> str:
         ).stdout.strip()  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def run_stamp() -> dict[str, str]:
+    """``{"git", "date_utc"}``: the checkout (git_describe) and the time now, to the second,
+    in UTC; the benchmarks put it in their records when a run starts."""
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    return {"git": git_describe(), "date_utc": now}
 
 
 # ---------------------------------------------------------------- greedy tokens compared
