@@ -424,10 +424,20 @@ We have no RISC-V board. Every number here is a proxy:
   batch 16 / context 2048, extend 4.4x at batch 4 / context 2048, bandwidth fraction
   0.29-0.41; see below). Then on a Zen 4 whose VM hides AVX-512 (kernels
   `x86_avx2`, 2026-12-03 09:30: decode 19.9x, extend 2.75x, bandwidth fraction 0.16-0.23;
-  see "What bounds the decode here"); section 3 now holds a run on a Zen 3 (`x86_avx2`,
-  2026-12-03 20:56, see the last two points; the runs at 12:38 and 19:11 on the same host:
-  decode 21.1x and 20.0x, extend 2.89x and 3.05x, bandwidth fraction 0.26-0.39 and
-  0.24-0.44). Before
+  see "What bounds the decode here"); then on a Zen 3 (`x86_avx2`, full run 2026-12-03
+  20:56, checkout 1c18356: decode 22.8x, extend 2.88x, bandwidth fraction 0.21-0.44, in
+  cache 0.47; the runs at 12:38 and 19:11 on the same host: decode 21.1x and 20.0x, extend
+  2.89x and 3.05x, bandwidth fraction 0.26-0.39 and 0.24-0.44; see the last two points).
+  Section 3 now holds a run on an AVX-512 / AMX Xeon again (`x86_amx`, 2026-12-04 16:24,
+  checkout 2b63fd7). Against the Zen 3 run, torch_native's decode at batch 16 / context
+  2048 took 18.0 ms instead of 103 ms and its extend at batch 4 / context 2048 65.5 ms
+  instead of 456 ms (5.7x and 7.0x faster: torch's AVX512 / bf16 kernels), the kernels'
+  3.27 instead of 4.52 ms and 36.7 instead of 158.5 ms (1.4x and 4.3x): decode 5.5x,
+  extend 1.79x, both targets missed on this host by far, while the decode bandwidth
+  fractions are the best so far (0.28-0.41 over random rows, 0.34-0.57 over consecutive
+  ones: batch 16 meets 0.5 there; in cache 0.81 against a copy bandwidth of 26.8 GB/s). To
+  reach 10x here decode would have to run at ~0.7 of the copy bandwidth from DRAM at
+  batch 16 / context 2048, nearly its in-cache speed. Before
   the `x86_avx2` variant existed, the EPYC ran the kernels' portable C++ path: extend
   0.17-0.19x torch_native, i.e. 5x slower, decode 2.0-2.2x (`--quick`, batch 1 and 4 /
   context 512); with it, extend 1.3-1.7x and decode
@@ -614,9 +624,14 @@ We have no RISC-V board. Every number here is a proxy:
   entry. Where the kernel's time goes (scratch program linked to the kernel library, one
   thread, rows in L2, perf samples by symbol): 61-62 ns per key and KV head, twice the ~30
   ns its 192 ymm FMAs need at the peak; q.k 46% of the samples, P.V 36%, the online
-  softmax 9%. Their inner loops are as intended (q.k: 24 FMAs with q as memory operands, 2
-  loads, 2 shifts and 2 masks per 16 dims of 2 keys; P.V: 12 FMAs, 6 broadcasts, 1 load, a
-  shift and a mask per key and 16 dims), and grouping q.k's 6 heads as 2 x 3 or 3 x 2
+  softmax 9%. Their inner loops: q.k 24 FMAs with q as memory operands, 2
+  loads, 2 shifts and 2 masks per 16 dims of 2 keys, i.e. 26 loads per 24 FMAs against
+  Zen 3's two loads a cycle (since 2026-12-04 GCC is kept from folding the q loads: 14
+  loads per 24 FMAs, no spills; in alternating calls in one process on the Zen 3 70.3 ->
+  67.3 and 124 -> 112 ns per key and KV head at batch 4 / context 1024 in L3, 16.96 ->
+  16.32 ms at batch 16 / context 8192 from DRAM; the fp32/fp16 caches' and the AVX-512 q.k
+  loops are not changed or measured); P.V 12 FMAs, 6 broadcasts, 1 load, a shift and a
+  mask per key and 16 dims, ~73% of the FMA peak. Grouping q.k's 6 heads as 2 x 3 or 3 x 2
   (more keys per step, fewer q loads per FMA) ran at the same speed (81-83 ns in
   alternating calls at a slow minute). With the rows in L3, 2 MiB pages took 117 -> 70 ns
   per key and KV head over random rows against 4 KiB pages (TLB misses; the bench and the
