@@ -670,6 +670,24 @@ We have no RISC-V board. Every number here is a proxy:
   Tried and not kept: q.k on 3 keys x 32 rows (7 loads per 12 FMAs instead of 8, half the
   K-row passes; 15% faster alone in cache, no difference in the kernel), P.V on 3 rows x
   32 columns (the same as 6 x 16 alone), prefetcht1 instead of prefetcht0 (the same).
+- **Decode and extend on the AMX Xeon (2026-12-04, section 3).** The host: 2 vCPUs of an
+  Intel Xeon with AVX-512, AVX512-BF16 and AMX (kernels `x86_amx`), a VM reporting 480 MiB
+  of L3 (so the bench reads 960 MiB before each timed decode call). Decode is at the read
+  ceiling of its access pattern here: a scratch program that only reads the same pieces
+  (two threads, 512-byte K and V pieces per token, AVX-512 loads, software prefetch 0-32
+  tokens ahead, 1 GiB read before each pass) streamed 7.5-16 GB/s over random rows
+  (mostly 8-11; 32768 and 131072 tokens) and ~15.5 GB/s over consecutive ones, while the
+  kernel in section 3 read 10.3 GB/s at batch 16 / context 2048 (3.27 ms), 11.1 GB/s at
+  batch 16 / context 8192 over random rows and 15.4 GB/s over consecutive ones. Two cores
+  reading alone get ~0.58 of the copy bandwidth the fraction is measured against (26.8
+  GB/s, read + written), so 0.5 is about this host's ceiling and the 10x target at batch
+  16 / context 2048 (1.8 ms, 18.6 GB/s) is above what these reads reach. Extend (one
+  thread, scratch program over the kernel library, batch 4 / context 2048, random rows:
+  64.5 ms, ~350 GFLOP/s; perf samples by address): q.k tiles ~23%, P.V tiles ~39% (twice
+  the tile products of q.k: p goes to bf16 as hi + lo, see extend_attention.cpp), the
+  online softmax ~25-30%, packing the K/V tiles a few %. Tried and not kept: running q.k,
+  softmax and P.V per 32-row pass of a key block instead of over all of a task's 192 rows
+  (s, p and o of the pass stay in L1): 64.5 ms either way.
 - A board result also depends on its memory system, thread count and clock, none of
   which these proxies contain.
 """
