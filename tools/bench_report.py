@@ -428,16 +428,18 @@ We have no RISC-V board. Every number here is a proxy:
   20:56, checkout 1c18356: decode 22.8x, extend 2.88x, bandwidth fraction 0.21-0.44, in
   cache 0.47; the runs at 12:38 and 19:11 on the same host: decode 21.1x and 20.0x, extend
   2.89x and 3.05x, bandwidth fraction 0.26-0.39 and 0.24-0.44; see the last two points).
-  Section 3 now holds a run on an AVX-512 / AMX Xeon again (`x86_amx`, 2026-12-04 16:24,
-  checkout 2b63fd7). Against the Zen 3 run, torch_native's decode at batch 16 / context
-  2048 took 18.0 ms instead of 103 ms and its extend at batch 4 / context 2048 65.5 ms
-  instead of 456 ms (5.7x and 7.0x faster: torch's AVX512 / bf16 kernels), the kernels'
-  3.27 instead of 4.52 ms and 36.7 instead of 158.5 ms (1.4x and 4.3x): decode 5.5x,
-  extend 1.79x, both targets missed on this host by far, while the decode bandwidth
-  fractions are the best so far (0.28-0.41 over random rows, 0.34-0.57 over consecutive
-  ones: batch 16 meets 0.5 there; in cache 0.81 against a copy bandwidth of 26.8 GB/s). To
-  reach 10x here decode would have to run at ~0.7 of the copy bandwidth from DRAM at
-  batch 16 / context 2048, nearly its in-cache speed. Before
+  Section 3 now holds a run on an AVX-512 / AMX Xeon again (`x86_amx`, 2026-12-04 17:30,
+  checkout 30babe9). Against the Zen 3 run, torch_native's decode at batch 16 / context
+  2048 took 18.6 ms instead of 103 ms and its extend at batch 4 / context 2048 70.1 ms
+  instead of 456 ms (5.5x and 6.5x faster: torch's AVX512 / bf16 kernels), the kernels'
+  3.21 instead of 4.52 ms and 33.9 instead of 158.5 ms (1.4x and 4.7x): decode 5.8x,
+  extend 2.07x, both targets missed on this host by far, while the decode bandwidth
+  fractions are the best so far (0.27-0.42 over random rows, 0.33-0.58 over consecutive
+  ones: batches 4 and 16 meet 0.5 there; in cache 0.75 against a copy bandwidth of 26.5
+  GB/s). The run before it the same day (16:24, checkout 2b63fd7, before the extend
+  softmax change below): decode 5.5x, extend 1.79x (36.7 ms), bandwidth fraction
+  0.28-0.57. To reach 10x here decode would have to run at ~0.7 of the copy bandwidth
+  from DRAM at batch 16 / context 2048, nearly its in-cache speed. Before
   the `x86_avx2` variant existed, the EPYC ran the kernels' portable C++ path: extend
   0.17-0.19x torch_native, i.e. 5x slower, decode 2.0-2.2x (`--quick`, batch 1 and 4 /
   context 512); with it, extend 1.3-1.7x and decode
@@ -677,7 +679,7 @@ We have no RISC-V board. Every number here is a proxy:
   (two threads, 512-byte K and V pieces per token, AVX-512 loads, software prefetch 0-32
   tokens ahead, 1 GiB read before each pass) streamed 7.5-16 GB/s over random rows
   (mostly 8-11; 32768 and 131072 tokens) and ~15.5 GB/s over consecutive ones, while the
-  kernel in section 3 read 10.3 GB/s at batch 16 / context 2048 (3.27 ms), 11.1 GB/s at
+  kernel in the 16:24 full run read 10.3 GB/s at batch 16 / context 2048 (3.27 ms), 11.1 GB/s at
   batch 16 / context 8192 over random rows and 15.4 GB/s over consecutive ones. Two cores
   reading alone get ~0.58 of the copy bandwidth the fraction is measured against (26.8
   GB/s, read + written), so 0.5 is about this host's ceiling and the 10x target at batch
@@ -685,9 +687,26 @@ We have no RISC-V board. Every number here is a proxy:
   thread, scratch program over the kernel library, batch 4 / context 2048, random rows:
   64.5 ms, ~350 GFLOP/s; perf samples by address): q.k tiles ~23%, P.V tiles ~39% (twice
   the tile products of q.k: p goes to bf16 as hi + lo, see extend_attention.cpp), the
-  online softmax ~25-30%, packing the K/V tiles a few %. Tried and not kept: running q.k,
-  softmax and P.V per 32-row pass of a key block instead of over all of a task's 192 rows
-  (s, p and o of the pass stay in L1): 64.5 ms either way.
+  online softmax ~25-30%, packing the K/V tiles a few %. With each phase left out in turn
+  in a scratch copy (results then wrong, times only): q.k ~14 ms, softmax ~19 ms, P.V ~20
+  ms, packing and the rest ~3 ms, adding up to the whole. Kept: the softmax of a row that
+  sees every key of a whole block with no logit cap has its own unrolled loop (GCC 12 had
+  computed the partial-block lane mask for each vector of every row, ~25 scalar
+  instructions each, and kept the scores in memory): 64.6 -> 61.8 ms in alternating runs;
+  an extend-only bench-x86 run then gave 2.03x torch_native (33.8 ms). The tile products
+  run far below the tile unit's rate: tdpbf16ps back to back took 5.3 ns (~14 cycles at
+  2.6 GHz), 6.7-9.1 ns with a tile load each, but in the kernel's grouping (4 accumulator
+  tiles zeroed, head_dim / 32 = 4 steps of 4 tile loads and 4 products, 4 tile stores)
+  11-21 ns per product in a scratch loop over the kernel's buffer sizes. Tried and not
+  kept: running q.k, softmax and P.V per 32-row pass of a key block instead of over all of
+  a task's 192 rows (s, p and o of the pass stay in L1): 64.5 ms either way; issuing the
+  next pass's q.k groups and the previous pass's P.V groups between a pass's softmax rows,
+  so the tile unit works alongside the AVX-512 softmax: 64.6 -> 66.5-72 ms (in a scratch loop
+  tdpbf16ps alone overlapped with independent AVX-512 FMAs, but with tile loads and stores
+  in the loop the two times added); q.k with the key tiles in the outer loop (+2%), P.V
+  with the value columns outer (+7%), 256-key blocks (+5-9%); in scratch loops q.k on 2
+  accumulators with double-buffered operand tiles, and q packed as contiguous tiles (no
+  gain).
 - A board result also depends on its memory system, thread count and clock, none of
   which these proxies contain.
 """
