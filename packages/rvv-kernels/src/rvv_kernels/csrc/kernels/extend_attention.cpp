@@ -1181,24 +1181,22 @@ inline float softmax_row(const float* s, std::int64_t lo, std::int64_t hi, float
   const __m512 inv_cap = _mm512_set1_ps(cap > 0.0f ? 1.0f / cap : 0.0f);
   __m512 x[kZ];
   __m512 mx = _mm512_set1_ps(*m);
-  if (whole && cap <= 0.0f) {
-    // The common row (every key of a whole block visible, no cap) on its own:
-    // in one loop with the others GCC 12 computed lanes_in's mask for every
-    // vector anyway (~25 scalar instructions each) and kept x in memory.
+  // One pass per step, each skipped where it does nothing (no cap; every key of
+  // a whole block visible): in one loop GCC 12 computed lanes_in's mask for
+  // every vector of every row (~25 scalar instructions each) and kept x in
+  // memory.
 #pragma GCC unroll 8
-    for (int i = 0; i < kZ; ++i) x[i] = _mm512_mul_ps(_mm512_loadu_ps(s + 16 * i), scale);
-#pragma GCC unroll 8
-    for (int i = 0; i < kZ; i += 2) mx = _mm512_max_ps(mx, _mm512_max_ps(x[i], x[i + 1]));
-  } else {
+  for (int i = 0; i < kZ; ++i) x[i] = _mm512_mul_ps(_mm512_loadu_ps(s + 16 * i), scale);
+  if (cap > 0.0f) {
     for (int i = 0; i < kZ; ++i) {
-      __m512 v = _mm512_mul_ps(_mm512_loadu_ps(s + 16 * i), scale);
-      if (cap > 0.0f) {
-        v = _mm512_mul_ps(vec::avx512::tanh(_mm512_mul_ps(v, inv_cap)), _mm512_set1_ps(cap));
-      }
-      x[i] = whole ? v : _mm512_mask_blend_ps(lanes_in(lo, hi, i), masked, v);
-      mx = _mm512_max_ps(mx, x[i]);
+      x[i] = _mm512_mul_ps(vec::avx512::tanh(_mm512_mul_ps(x[i], inv_cap)), _mm512_set1_ps(cap));
     }
   }
+  if (!whole) {
+    for (int i = 0; i < kZ; ++i) x[i] = _mm512_mask_blend_ps(lanes_in(lo, hi, i), masked, x[i]);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < kZ; i += 2) mx = _mm512_max_ps(mx, _mm512_max_ps(x[i], x[i + 1]));
   const float m_new = _mm512_reduce_max_ps(mx);
   const float alpha = m_new == *m ? 1.0f : std::exp(*m - m_new);
   const __m512 mv = _mm512_set1_ps(m_new);
