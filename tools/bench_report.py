@@ -689,10 +689,11 @@ We have no RISC-V board. Every number here is a proxy:
   the tile products of q.k: p goes to bf16 as hi + lo, see extend_attention.cpp), the
   online softmax ~25-30%, packing the K/V tiles a few %. With each phase left out in turn
   in a scratch copy (results then wrong, times only): q.k ~14 ms, softmax ~19 ms, P.V ~20
-  ms, packing and the rest ~3 ms, adding up to the whole. Kept: the softmax of a row that
-  sees every key of a whole block with no logit cap has its own unrolled loop (GCC 12 had
-  computed the partial-block lane mask for each vector of every row, ~25 scalar
-  instructions each, and kept the scores in memory): 64.6 -> 61.8 ms in alternating runs;
+  ms, packing and the rest ~3 ms, adding up to the whole. Kept: the softmax of a row runs
+  as unrolled passes (scale; the logit cap only where set; the lane masks only for a
+  partial block; max) instead of one loop (GCC 12 had computed the partial-block lane mask
+  for each vector of every row, ~25 scalar instructions each, and kept the scores in
+  memory): 64.6 -> 61.8 ms in alternating runs;
   an extend-only bench-x86 run then gave 2.03x torch_native (33.8 ms). The tile products
   run far below the tile unit's rate: tdpbf16ps back to back took 5.3 ns (~14 cycles at
   2.6 GHz), 6.7-9.1 ns with a tile load each, but in the kernel's grouping (4 accumulator

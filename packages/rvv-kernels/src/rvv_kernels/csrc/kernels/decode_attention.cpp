@@ -580,7 +580,7 @@ inline bool uses_pairs(std::int64_t n) {
 // Keeps v in a register from here on. GCC 12 otherwise folds the load of a q
 // chunk into each of the KS FMAs that use it (6 heads x 2 keys: 26 loads per 24
 // FMAs, the q.k loop bound by Zen 3's two 256-bit loads a cycle); with it, one
-// load per chunk (16 per 24 FMAs, no spills). B4 / context 1024 in the L3, one
+// load per chunk (14 per 24 FMAs, no spills). B4 / context 1024 in the L3, one
 // thread, both forms alternating call by call in one process (2-core Zen 3 VM,
 // 2026-12-03): 70.3 -> 67.3 and 124 -> 112 ns per key and KV head; B16 /
 // context 8192 from DRAM (two threads, 64 MiB written before each call):
