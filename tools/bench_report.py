@@ -486,17 +486,19 @@ We have no RISC-V board. Every number here is a proxy:
   peak) the 0.5 target needs both a faster kernel and that per-thread rate to hold on two
   threads.
   Extend is compute-bound. With AMX the kernels' two matrix products run on the tiles like
-  torch's, but keep more precision than torch's bf16 SDPA: the probabilities go to the
-  tiles as two bf16 parts (hi + lo, twice the P.V tile work) so the result matches the fp32
-  path within its test tolerance; the online softmax between the products is AVX-512 (one
-  exp per score: 8 instructions per 16 scores with vscalefps, 8% faster overall than the
-  general 18-instruction exp; now the vector layer's exp_nonpositive, 11 with an exact
-  remainder and exp's exact zeros); K and V are re-laid into tile layout per block of 128 keys,
-  once per request and thread for all its query blocks (5-8% faster than per query block).
+  torch's (until 2026-12-04 with more precision than torch's bf16 SDPA: the probabilities
+  went to the tiles as two bf16 parts, hi + lo, twice the P.V tile work; since then rounded
+  to bf16 as torch does, see the last Xeon paragraph); the online softmax between the
+  products is AVX-512 (one exp per score: 8 instructions per 16 scores with vscalefps, 8%
+  faster overall than the general 18-instruction exp; then the vector layer's
+  exp_nonpositive, 11 with an exact remainder and exp's exact zeros; since 2026-12-04 a
+  base-2 form, see the last Xeon paragraph); K and V are re-laid into tile layout per
+  block of 128 keys, once per request and thread for all its query blocks (5-8% faster
+  than per query block).
   Measured on the Xeon (single thread, batch 4 / context 2048; perf samples by code
   address, before the faster exp): the tile products ~57% (P.V 34, q.k 23), the softmax
-  ~37%. Dropping the lo part would save about 15% but, rounded or not, misses the tests'
-  one-ulp bound (a tolerance decision, not taken); summing a row's max and sum as trees
+  ~37%. Dropping the lo part would save about 15% but, rounded or not, missed the tests'
+  one-ulp bound (taken on 2026-12-04, with a tolerance for it); summing a row's max and sum as trees
   instead of chains, and running all three steps per 32-row pass, changed nothing
   measurable. On the EPYC (no bf16 matrix unit) both products are fp32 FMAs. The generic
   LMUL-2 form kept 6 accumulators (fewer than FMA latency x throughput needs) and reached
@@ -557,7 +559,7 @@ We have no RISC-V board. Every number here is a proxy:
   rows as they are (up to 4 heads x 4 keys of accumulators per transpose-add, the scores
   scaled after; no conversion or scratch), and extend's two matrix products by `vdpbf16ps`
   on the AMX path's packed tiles (one tile row per zmm, 8 query rows x 32 columns of
-  accumulators, p as bf16 hi + lo as on AMX); every AVX-512 variant reads bf16 V rows of
+  accumulators, p as on AMX); every AVX-512 variant reads bf16 V rows of
   whole 32s in pairs. Extend at batch 4 / context 2048 went from 189 ms (`x86_avx512`'s
   generic products; `x86_avx2` 159 ms) to 92-98 ms, 4.2-4.4x torch_native (target 3x met);
   decode with its rows in cache (one thread, batch 1 / context 2048) from 0.19-0.24 to
@@ -686,7 +688,7 @@ We have no RISC-V board. Every number here is a proxy:
   16 / context 2048 (1.8 ms, 18.6 GB/s) is above what these reads reach. Extend (one
   thread, scratch program over the kernel library, batch 4 / context 2048, random rows:
   64.5 ms, ~350 GFLOP/s; perf samples by address): q.k tiles ~23%, P.V tiles ~39% (twice
-  the tile products of q.k: p goes to bf16 as hi + lo, see extend_attention.cpp), the
+  the tile products of q.k: p then went to bf16 as hi + lo), the
   online softmax ~25-30%, packing the K/V tiles a few %. With each phase left out in turn
   in a scratch copy (results then wrong, times only): q.k ~14 ms, softmax ~19 ms, P.V ~20
   ms, packing and the rest ~3 ms, adding up to the whole. Kept: the softmax of a row runs
@@ -709,8 +711,24 @@ We have no RISC-V board. Every number here is a proxy:
   accumulators with double-buffered operand tiles, and q packed as contiguous tiles (no
   gain). P.V on p's bf16 hi part alone (rounded to nearest, l summed from the rounded p's,
   as torch's bf16 attention keeps it): 61.8 -> 52.5 ms, but 6 of the native kernel tests
-  then fail their one-ulp bound (errors of 1-2 bf16 ulps), so not kept: it would be a
-  change of the precision the kernels promise, not an optimisation.
+  then fail their one-ulp bound (errors of 1-2 bf16 ulps), so not kept that day: it would be
+  a change of the precision the kernels promise, not an optimisation.
+- **Extend with p in bf16 (2026-12-04, evening, same Xeon).** torch's CPU flash attention
+  (the kernel behind torch_native's SDPA here) and SGLang's own CPU extend kernel both round
+  the softmax weights to bf16 before P.V, so the kernels now do too: one P.V tile product
+  instead of two, and l sums the rounded p (P.V divides by exactly the weights it applied).
+  The tests' tolerance for bf16 q over a bf16 cache gained the term this rounding explains,
+  4 x 2^-8 x sqrt(sum_j p_j^2 (v_j - o)^2) / l (over 7 standard deviations); a kernel that
+  drops the diagonal key of rows past 100 or 190 positions still fails them. The softmax
+  moved to base 2: one fmsub takes a raw score to its exponent (s x sm_scale x log2(e) -
+  m; the max is taken over raw scores), then a rounding, a degree-4 polynomial (3e-6,
+  against bf16's 2^-8) and vscalefps, with the partial-block lane masks applied as the keep
+  mask of vscalefps instead of a blend; the rounded p are summed by vdpbf16ps against ones.
+  One thread at batch 4 / context 2048 (scratch program, alternating runs): ~57-58 ->
+  42-44 ms; perf samples by address then: q.k tiles ~34%, P.V tiles ~30%, softmax ~22%,
+  packing ~8%. Extend-only bench-x86 runs: 22.7 and 23.4 ms, 2.86x and 2.79x torch_native
+  (it was 33.2 ms, 2.01x, in a run just before). Not kept: moving m only when a block's max
+  exceeds it by more than 8 (p up to 2^8, almost no rescaling of o): no faster.
 - A board result also depends on its memory system, thread count and clock, none of
   which these proxies contain.
 """

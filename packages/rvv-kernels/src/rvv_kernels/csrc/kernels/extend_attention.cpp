@@ -873,19 +873,22 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
 //    dims 2i, 2i+1 of 16 keys: a 16 x 16 transpose of 32-bit pairs; whole
 //    blocks once per call and thread for all the request's query blocks, see
 //    Packed), then s[qr][key] = q . k in fp32 tiles of 16 rows x 16 keys;
-//  - per row: scale, cap, mask (the visible keys of a row are contiguous), max,
-//    exp, sum; p goes to bf16 as hi + lo (hi = p truncated to bf16, lo =
-//    bf16(p - hi)), so P.V keeps ~16 bits of p and the result stays within the
-//    fp32 path's tolerance (products of bf16 are exact in fp32; with hi alone
-//    the tests' one-ulp bound fails, and hi alone would be ~15% faster at
-//    batch 4 / context 2048); rows whose max moved scale their o row by alpha;
+//  - per row, in base 2 (softmax_row): the max of the visible scores (the
+//    visible keys of a row are contiguous), then p = 2^(s * sm_scale * log2(e)
+//    - m) by one fmsub, a rounding, a degree-4 polynomial and a scalef; p is
+//    rounded to bf16 and l sums the rounded p, so P.V weighs the values by
+//    exactly the p it divides by. Rounding p to bf16 is what torch's CPU flash
+//    attention and SGLang's CPU extend kernel do too; the tests allow for it
+//    (test_extend_attention.cpp). Rows whose max moved scale their o row by
+//    alpha;
 //  - V re-laid as B tiles in key pairs (tile row i = keys 2i, 2i+1 of 16 value
-//    columns: interleaved bf16), o[qr][:] += p_hi . V + p_lo . V in fp32 tiles.
+//    columns: interleaved bf16), o[qr][:] += p . V in fp32 tiles.
 // Keys past the block's end are zero rows with masked scores.
 namespace bf16mm {
 
 constexpr std::int64_t kN = 128;  // keys per block: 8 tiles of 16
 constexpr std::int64_t kR = 32;   // query rows per pass: 2 tiles of 16
+constexpr float kLog2e = 1.44269504f, kLn2 = 0.693147181f;
 static_assert(kN % 32 == 0, "key pairs of whole tiles, rows of P in pairs of vectors");
 
 #if defined(RVVK_AMX)
@@ -919,7 +922,7 @@ struct Scratch {
   std::vector<std::uint32_t> kb;         // (dim / 32) x 4 B tiles of 16 x 16 pairs
   std::vector<std::uint32_t> vb;         // (kN / 32) x (dim_v / 16) B tiles of 16 x 16 pairs
   std::vector<float> s;                  // nqr_pad x kN scores
-  std::vector<std::uint16_t> phi, plo;   // nqr_pad x kN, bf16
+  std::vector<std::uint16_t> p;          // nqr_pad x kN, bf16
   std::vector<float> o, m, l;            // nqr_pad x dim_v, nqr, nqr
 };
 Scratch& scratch() {
@@ -1048,10 +1051,10 @@ void qk_tiles(const std::uint16_t* q, std::int64_t nqr_pad, std::int64_t dim,
     }
 }
 
-// o[qr][:] += (p_hi + p_lo)[qr] . V for all nqr_pad rows (tiles 0-3: 32 rows x
-// 32 value columns, 4-5 p, 6-7 V).
-void pv_tiles(const std::uint16_t* phi, const std::uint16_t* plo, std::int64_t nqr_pad,
-              const std::uint32_t* vb, std::int64_t dim_v, float* o) {
+// o[qr][:] += p[qr] . V for all nqr_pad rows (tiles 0-3: 32 rows x 32 value
+// columns, 4-5 p, 6-7 V).
+void pv_tiles(const std::uint16_t* p, std::int64_t nqr_pad, const std::uint32_t* vb,
+              std::int64_t dim_v, float* o) {
   constexpr std::int64_t pstride = kN * 2;
   const std::int64_t ostride = dim_v * 4;
   const std::int64_t ndv = dim_v / 16;
@@ -1065,14 +1068,8 @@ void pv_tiles(const std::uint16_t* phi, const std::uint16_t* plo, std::int64_t n
       for (std::int64_t kc = 0; kc < kN / 32; ++kc) {
         _tile_loadd(6, vb + (kc * ndv + d) * 256, 64);
         _tile_loadd(7, vb + (kc * ndv + d + 1) * 256, 64);
-        _tile_loadd(4, phi + r * kN + kc * 32, pstride);
-        _tile_loadd(5, phi + (r + 16) * kN + kc * 32, pstride);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-        _tile_loadd(4, plo + r * kN + kc * 32, pstride);
-        _tile_loadd(5, plo + (r + 16) * kN + kc * 32, pstride);
+        _tile_loadd(4, p + r * kN + kc * 32, pstride);
+        _tile_loadd(5, p + (r + 16) * kN + kc * 32, pstride);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);
@@ -1125,9 +1122,9 @@ void qk_tiles(const std::uint16_t* q, std::int64_t nqr_pad, std::int64_t dim,
     }
 }
 
-// o[qr][:] += (p_hi + p_lo)[qr] . V for all nqr_pad rows.
-void pv_tiles(const std::uint16_t* phi, const std::uint16_t* plo, std::int64_t nqr_pad,
-              const std::uint32_t* vb, std::int64_t dim_v, float* o) {
+// o[qr][:] += p[qr] . V for all nqr_pad rows.
+void pv_tiles(const std::uint16_t* p, std::int64_t nqr_pad, const std::uint32_t* vb,
+              std::int64_t dim_v, float* o) {
   const std::int64_t ndv = dim_v / 16;
   for (std::int64_t r0 = 0; r0 < nqr_pad; r0 += kRows)
     for (std::int64_t d = 0; d < ndv; d += 2) {
@@ -1138,17 +1135,14 @@ void pv_tiles(const std::uint16_t* phi, const std::uint16_t* plo, std::int64_t n
       }
       for (std::int64_t kc = 0; kc < kN / 32; ++kc) {
         const std::uint32_t* t0 = vb + (kc * ndv + d) * 256;  // tiles (kc, d), (kc, d + 1)
-        const std::uint16_t* ph = phi + r0 * kN + kc * 32;
-        const std::uint16_t* pl = plo + r0 * kN + kc * 32;
+        const std::uint16_t* pr = p + r0 * kN + kc * 32;
         for (int i = 0; i < 16; ++i) {
           const __m512bh v0 = (__m512bh)_mm512_loadu_si512(t0 + i * 16);
           const __m512bh v1 = (__m512bh)_mm512_loadu_si512(t0 + 256 + i * 16);
           for (int r = 0; r < kRows; ++r) {
-            const __m512bh h = pair_at(ph + r * kN + 2 * i), l = pair_at(pl + r * kN + 2 * i);
-            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], h, v0);
-            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], h, v1);
-            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], l, v0);
-            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], l, v1);
+            const __m512bh pp = pair_at(pr + r * kN + 2 * i);
+            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], pp, v0);
+            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], pp, v1);
           }
         }
       }
@@ -1169,50 +1163,76 @@ inline __mmask16 lanes_in(std::int64_t lo, std::int64_t hi, int i) {
   return static_cast<__mmask16>(bits(hi - 16 * i) & ~bits(lo - 16 * i));
 }
 
-// Online softmax of row s[0, kN) whose visible keys are [lo, hi): s scaled,
-// capped and masked, m / l updated, p written as bf16 hi + lo; returns alpha.
-inline float softmax_row(const float* s, std::int64_t lo, std::int64_t hi, float sm_scale,
-                         float cap, float* m, float* l, std::uint16_t* phi,
-                         std::uint16_t* plo) {
+// 2^t for t = n + f, |f| <= 1/2 (n integral, as a float); 0 where keep is
+// clear. The degree-4 polynomial is within 3e-6 of 2^f (relative; p is
+// rounded to bf16 next, by up to 2^-8), with p(0) = 1 exactly.
+RVVK_ALWAYS_INLINE inline __m512 exp2_split(__m512 n, __m512 f, __mmask16 keep) {
+  __m512 p = _mm512_set1_ps(9.5827961341e-3f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5906306952e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4024099112e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9312423468e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(keep, p, n);
+}
+
+// Online softmax of row s[0, kN) whose visible keys are [lo, hi), in base 2:
+// the row's scores are x = s * k (k = sm_scale * log2(e) > 0; with a logit
+// cap, x = cap * log2(e) * tanh(s * sm_scale / cap) and k = 1); m (the running
+// max of x) and l updated; p = 2^(x - m) rounded to bf16 written to p16, and l
+// sums the rounded p (so the weights P.V applies are exactly the ones it
+// divides by). Returns alpha = 2^(m_old - m_new).
+//
+// p in bf16 is what P.V multiplies, as in torch's own CPU flash attention and
+// SGLang's CPU extend kernel. Until 2026-12-04 p went to P.V as bf16 hi + lo
+// (~16 bits), with a second P.V product and more softmax work; with this form
+// one thread at batch 4 / context 2048 went from ~58 to ~43 ms (AMX Xeon).
+template <bool kWhole>
+RVVK_ALWAYS_INLINE inline float softmax_row(const float* s, std::int64_t lo, std::int64_t hi,
+                                            float k, float scale, float cap, float* m, float* l,
+                                            std::uint16_t* p16) {
   constexpr int kZ = static_cast<int>(kN / 16);
-  const __m512 masked = _mm512_set1_ps(kMasked);
-  const __m512 scale = _mm512_set1_ps(sm_scale);
-  const bool whole = lo == 0 && hi == kN;
-  const __m512 inv_cap = _mm512_set1_ps(cap > 0.0f ? 1.0f / cap : 0.0f);
   __m512 x[kZ];
-  __m512 mx = _mm512_set1_ps(*m);
-  // One pass per step, each skipped where it does nothing (no cap; every key of
-  // a whole block visible): in one loop GCC 12 computed lanes_in's mask for
-  // every vector of every row (~25 scalar instructions each) and kept x in
-  // memory.
-#pragma GCC unroll 8
-  for (int i = 0; i < kZ; ++i) x[i] = _mm512_mul_ps(_mm512_loadu_ps(s + 16 * i), scale);
+  __mmask16 vis[kZ];
   if (cap > 0.0f) {
+    const __m512 in = _mm512_set1_ps(scale / cap), out = _mm512_set1_ps(cap * kLog2e);
+    for (int i = 0; i < kZ; ++i)
+      x[i] = _mm512_mul_ps(vec::avx512::tanh(_mm512_mul_ps(_mm512_loadu_ps(s + 16 * i), in)), out);
+  } else {
+#pragma GCC unroll 8
+    for (int i = 0; i < kZ; ++i) x[i] = _mm512_loadu_ps(s + 16 * i);
+  }
+  // The max of the visible x (in units of k); x is raw s without a cap, and
+  // max(s) * k = max(s * k) for k > 0 (rounding is monotonic).
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  if constexpr (kWhole) {
+#pragma GCC unroll 8
+    for (int i = 0; i < kZ; i += 2) mx = _mm512_max_ps(mx, _mm512_max_ps(x[i], x[i + 1]));
+  } else {
     for (int i = 0; i < kZ; ++i) {
-      x[i] = _mm512_mul_ps(vec::avx512::tanh(_mm512_mul_ps(x[i], inv_cap)), _mm512_set1_ps(cap));
+      vis[i] = lanes_in(lo, hi, i);
+      mx = _mm512_mask_max_ps(mx, vis[i], mx, x[i]);
     }
   }
-  if (!whole) {
-    for (int i = 0; i < kZ; ++i) x[i] = _mm512_mask_blend_ps(lanes_in(lo, hi, i), masked, x[i]);
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < kZ; i += 2) mx = _mm512_max_ps(mx, _mm512_max_ps(x[i], x[i + 1]));
-  const float m_new = _mm512_reduce_max_ps(mx);
-  const float alpha = m_new == *m ? 1.0f : std::exp(*m - m_new);
-  const __m512 mv = _mm512_set1_ps(m_new);
-  const __m512i top = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const float m_old = *m;
+  const float m_new = std::max(m_old, _mm512_reduce_max_ps(mx) * k);
+  const float alpha = m_new == m_old ? 1.0f : std::exp2(m_old - m_new);
+  const __m512 kv = _mm512_set1_ps(k), mv = _mm512_set1_ps(m_new);
+  const __m512 floor = _mm512_set1_ps(-126.0f);  // 2^t below this is 0 (no denormals)
+  const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3f80);  // bf16 1.0
   __m512 sum = _mm512_setzero_ps();
 #pragma GCC unroll 4
   for (int i = 0; i < kZ; i += 2) {
-    const __m512 p0 = vec::avx512::exp_nonpositive(_mm512_sub_ps(x[i], mv));
-    const __m512 p1 = vec::avx512::exp_nonpositive(_mm512_sub_ps(x[i + 1], mv));
-    // hi: p truncated to bf16 (exact in bf16), lo = p - hi (exact in fp32) rounded.
-    const __m512 h0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(p0), top));
-    const __m512 h1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(p1), top));
-    _mm512_storeu_si512(phi + 16 * i, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(h1, h0)));
-    _mm512_storeu_si512(plo + 16 * i, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(
-                                          _mm512_sub_ps(p1, h1), _mm512_sub_ps(p0, h0))));
-    sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
+    __m512 p[2];
+    for (int j = 0; j < 2; ++j) {
+      const __m512 t = _mm512_fmsub_ps(x[i + j], kv, mv);  // <= 0 up to rounding
+      const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      __mmask16 keep = _mm512_cmp_ps_mask(t, floor, _CMP_GE_OQ);
+      if constexpr (!kWhole) keep &= vis[i + j];
+      p[j] = exp2_split(n, _mm512_sub_ps(t, n), keep);
+    }
+    const __m512bh pb = _mm512_cvtne2ps_pbh(p[1], p[0]);
+    _mm512_storeu_si512(p16 + 16 * i, reinterpret_cast<__m512i>(pb));
+    sum = _mm512_dpbf16_ps(sum, pb, ones);  // the rounded p, in pairs
   }
   *m = m_new;
   *l = *l * alpha + _mm512_reduce_add_ps(sum);
@@ -1223,7 +1243,7 @@ inline float softmax_row(const float* s, std::int64_t lo, std::int64_t hi, float
 // the cached keys only, not the new ones; the fp32 path folds them per row).
 bool eligible(const ExtendAttentionArgs& a) {
   return a.head_dim % 32 == 0 && a.head_dim_v % 32 == 0 && a.cache.k_scale == 1.0f &&
-         a.cache.v_scale == 1.0f;
+         a.cache.v_scale == 1.0f && a.sm_scale > 0.0f;
 }
 
 void task(const ExtendAttentionArgs& a, std::int64_t task) {
@@ -1234,14 +1254,16 @@ void task(const ExtendAttentionArgs& a, std::int64_t task) {
   const std::int64_t nqr_pad = (nqr + kR - 1) / kR * kR;
   const std::int64_t dim = a.head_dim, dim_v = a.head_dim_v;
   const std::int64_t window = a.window;
+  // Scores to base-2 exponents: x = s * k (with a cap, softmax_row applies it
+  // and x comes out in base 2).
+  const float k = a.logit_cap > 0.0f ? 1.0f : a.sm_scale * kLog2e;
 
   Scratch& sc = scratch();
   sc.q.assign(static_cast<std::size_t>(nqr_pad * dim), 0);
   sc.kb.resize(static_cast<std::size_t>(dim / 32 * (kN / 16) * 256));
   sc.vb.resize(static_cast<std::size_t>(kN / 32 * (dim_v / 16) * 256));
   sc.s.resize(static_cast<std::size_t>(nqr_pad * kN));
-  sc.phi.assign(static_cast<std::size_t>(nqr_pad * kN), 0);  // pad rows stay 0
-  sc.plo.assign(static_cast<std::size_t>(nqr_pad * kN), 0);
+  sc.p.assign(static_cast<std::size_t>(nqr_pad * kN), 0);  // pad rows stay 0
   sc.o.assign(static_cast<std::size_t>(nqr_pad * dim_v), 0.0f);
   sc.m.assign(static_cast<std::size_t>(nqr), kMinit);
   sc.l.assign(static_cast<std::size_t>(nqr), 0.0f);
@@ -1299,9 +1321,14 @@ void task(const ExtendAttentionArgs& a, std::int64_t task) {
       const std::int64_t vis_end = a.causal ? qpos + 1 : len;
       const std::int64_t lo = std::clamp<std::int64_t>(vis_lo - p0, 0, nb);
       const std::int64_t hi = std::clamp<std::int64_t>(vis_end - p0, lo, nb);
-      const float alpha =
-          softmax_row(sc.s.data() + r * kN, lo, hi, a.sm_scale, a.logit_cap, &sc.m[r], &sc.l[r],
-                      sc.phi.data() + r * kN, sc.plo.data() + r * kN);
+      float* const srow = sc.s.data() + r * kN;
+      std::uint16_t* const prow = sc.p.data() + r * kN;
+      float* const mr = &sc.m[r];
+      float* const lr = &sc.l[r];
+      const float cap = a.logit_cap, scale = a.sm_scale;
+      const float alpha = lo == 0 && hi == kN
+                              ? softmax_row<true>(srow, lo, hi, k, scale, cap, mr, lr, prow)
+                              : softmax_row<false>(srow, lo, hi, k, scale, cap, mr, lr, prow);
       if (alpha != 1.0f) {
         float* orow = sc.o.data() + r * dim_v;
         const __m512 k = _mm512_set1_ps(alpha);
@@ -1309,8 +1336,10 @@ void task(const ExtendAttentionArgs& a, std::int64_t task) {
           _mm512_storeu_ps(orow + i, _mm512_mul_ps(_mm512_loadu_ps(orow + i), k));
       }
     }
-    pv_tiles(sc.phi.data(), sc.plo.data(), nqr_pad, vb, dim_v, sc.o.data());
+    pv_tiles(sc.p.data(), nqr_pad, vb, dim_v, sc.o.data());
   }
+  // m in natural units for store_rows (the sinks are).
+  for (std::int64_t r = 0; r < nqr; ++r) sc.m[r] *= kLn2;
   store_rows<bf16>(a, kvh, start + m0, nqr, sc.o.data(), sc.m.data(), sc.l.data());
 }
 
