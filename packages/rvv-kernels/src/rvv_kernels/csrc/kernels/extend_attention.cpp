@@ -1021,14 +1021,14 @@ void pack_v(const std::uint16_t* const* rows, std::int64_t dim_v, std::uint32_t*
 }
 
 #if defined(RVVK_AMX)
-// s[qr][0, kN) = q[qr] . k for all nqr_pad rows (tiles 0-3 accumulate 32 rows
+// s[qr][0, nk) = q[qr] . k for all nqr_pad rows (tiles 0-3 accumulate 32 rows
 // x 32 keys, 4-5 hold q, 6-7 K).
 void qk_tiles(const std::uint16_t* q, std::int64_t nqr_pad, std::int64_t dim,
-              const std::uint32_t* kb, float* s) {
+              const std::uint32_t* kb, std::int64_t nk, float* s) {
   const std::int64_t qstride = dim * 2;
   constexpr std::int64_t sstride = kN * 4;
   for (std::int64_t r = 0; r < nqr_pad; r += kR)
-    for (std::int64_t g = 0; g < kN / 16; g += 2) {
+    for (std::int64_t g = 0; g < nk / 16; g += 2) {
       _tile_zero(0);
       _tile_zero(1);
       _tile_zero(2);
@@ -1051,10 +1051,10 @@ void qk_tiles(const std::uint16_t* q, std::int64_t nqr_pad, std::int64_t dim,
     }
 }
 
-// o[qr][:] += p[qr] . V for all nqr_pad rows (tiles 0-3: 32 rows x 32 value
+// o[qr][:] += p[qr][0, nk) . V[0, nk) for all nqr_pad rows (tiles 0-3: 32 rows x 32 value
 // columns, 4-5 p, 6-7 V).
 void pv_tiles(const std::uint16_t* p, std::int64_t nqr_pad, const std::uint32_t* vb,
-              std::int64_t dim_v, float* o) {
+              std::int64_t nk, std::int64_t dim_v, float* o) {
   constexpr std::int64_t pstride = kN * 2;
   const std::int64_t ostride = dim_v * 4;
   const std::int64_t ndv = dim_v / 16;
@@ -1065,7 +1065,7 @@ void pv_tiles(const std::uint16_t* p, std::int64_t nqr_pad, const std::uint32_t*
       _tile_loadd(1, o0 + 16, ostride);
       _tile_loadd(2, o0 + 16 * dim_v, ostride);
       _tile_loadd(3, o0 + 16 * dim_v + 16, ostride);
-      for (std::int64_t kc = 0; kc < kN / 32; ++kc) {
+      for (std::int64_t kc = 0; kc < nk / 32; ++kc) {
         _tile_loadd(6, vb + (kc * ndv + d) * 256, 64);
         _tile_loadd(7, vb + (kc * ndv + d + 1) * 256, 64);
         _tile_loadd(4, p + r * kN + kc * 32, pstride);
@@ -1095,11 +1095,11 @@ RVVK_ALWAYS_INLINE inline __m512bh pair_at(const std::uint16_t* p) {
   return (__m512bh)_mm512_set1_epi32(x);
 }
 
-// s[qr][0, kN) = q[qr] . k for all nqr_pad rows.
+// s[qr][0, nk) = q[qr] . k for all nqr_pad rows.
 void qk_tiles(const std::uint16_t* q, std::int64_t nqr_pad, std::int64_t dim,
-              const std::uint32_t* kb, float* s) {
+              const std::uint32_t* kb, std::int64_t nk, float* s) {
   for (std::int64_t r0 = 0; r0 < nqr_pad; r0 += kRows)
-    for (std::int64_t g = 0; g < kN / 16; g += 2) {
+    for (std::int64_t g = 0; g < nk / 16; g += 2) {
       __m512 acc[kRows][2];
       for (auto& a : acc) a[0] = a[1] = _mm512_setzero_ps();
       for (std::int64_t c = 0; c < dim / 32; ++c) {
@@ -1122,9 +1122,9 @@ void qk_tiles(const std::uint16_t* q, std::int64_t nqr_pad, std::int64_t dim,
     }
 }
 
-// o[qr][:] += p[qr] . V for all nqr_pad rows.
+// o[qr][:] += p[qr][0, nk) . V[0, nk) for all nqr_pad rows.
 void pv_tiles(const std::uint16_t* p, std::int64_t nqr_pad, const std::uint32_t* vb,
-              std::int64_t dim_v, float* o) {
+              std::int64_t nk, std::int64_t dim_v, float* o) {
   const std::int64_t ndv = dim_v / 16;
   for (std::int64_t r0 = 0; r0 < nqr_pad; r0 += kRows)
     for (std::int64_t d = 0; d < ndv; d += 2) {
@@ -1133,7 +1133,7 @@ void pv_tiles(const std::uint16_t* p, std::int64_t nqr_pad, const std::uint32_t*
         acc[r][0] = _mm512_loadu_ps(o + (r0 + r) * dim_v + d * 16);
         acc[r][1] = _mm512_loadu_ps(o + (r0 + r) * dim_v + d * 16 + 16);
       }
-      for (std::int64_t kc = 0; kc < kN / 32; ++kc) {
+      for (std::int64_t kc = 0; kc < nk / 32; ++kc) {
         const std::uint32_t* t0 = vb + (kc * ndv + d) * 256;  // tiles (kc, d), (kc, d + 1)
         const std::uint16_t* pr = p + r0 * kN + kc * 32;
         for (int i = 0; i < 16; ++i) {
@@ -1226,8 +1226,12 @@ RVVK_ALWAYS_INLINE inline float softmax_row(const float* s, std::int64_t lo, std
     for (int j = 0; j < 2; ++j) {
       const __m512 t = _mm512_fmsub_ps(x[i + j], kv, mv);  // <= 0 up to rounding
       const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      __mmask16 keep = _mm512_cmp_ps_mask(t, floor, _CMP_GE_OQ);
-      if constexpr (!kWhole) keep &= vis[i + j];
+      // A whole block's t are finite: 2^t below 2^-126 comes out of vscalefps
+      // as a denormal or 0, and bf16 conversion and vdpbf16ps flush denormals,
+      // so p and l see 0 either way (the floor only matters with masked lanes,
+      // whose t may be anything).
+      __mmask16 keep = 0xffff;
+      if constexpr (!kWhole) keep = vis[i + j] & _mm512_cmp_ps_mask(t, floor, _CMP_GE_OQ);
       p[j] = exp2_split(n, _mm512_sub_ps(t, n), keep);
     }
     const __m512bh pb = _mm512_cvtne2ps_pbh(p[1], p[0]);
@@ -1314,7 +1318,10 @@ void task(const ExtendAttentionArgs& a, std::int64_t task) {
       pack_v(vrows, dim_v, vb);
       if (shared) pk.have[blk] = 1;
     }
-    qk_tiles(sc.q.data(), nqr_pad, dim, kb, sc.s.data());
+    // Keys of the block in whole pairs of tiles: a task's last block is often
+    // partial, and its scores and p past nk are neither computed nor read.
+    const std::int64_t nk = (nb + 31) / 32 * 32;
+    qk_tiles(sc.q.data(), nqr_pad, dim, kb, nk, sc.s.data());
     for (std::int64_t r = 0; r < nqr; ++r) {
       const std::int64_t qpos = prefix + m0 + r / group;  // the row's position
       const std::int64_t vis_lo = window > 0 ? qpos - window + 1 : 0;
@@ -1336,7 +1343,7 @@ void task(const ExtendAttentionArgs& a, std::int64_t task) {
           _mm512_storeu_ps(orow + i, _mm512_mul_ps(_mm512_loadu_ps(orow + i), k));
       }
     }
-    pv_tiles(sc.p.data(), nqr_pad, vb, dim_v, sc.o.data());
+    pv_tiles(sc.p.data(), nqr_pad, vb, nk, dim_v, sc.o.data());
   }
   // m in natural units for store_rows (the sinks are).
   for (std::int64_t r = 0; r < nqr; ++r) sc.m[r] *= kLn2;
