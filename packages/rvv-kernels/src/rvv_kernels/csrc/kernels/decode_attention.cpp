@@ -60,6 +60,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "rvvk/detail/aligned.h"
 #include "rvvk/detail/dispatch.h"
 #include "rvvk/detail/kv_cache.h"
 #include "rvvk/detail/vec.h"
@@ -938,14 +939,15 @@ float softmax_block(float* s, std::int64_t nb, float cap, float& m, float& l) {
 }
 
 struct Scratch {
-  std::vector<float> q, acc, scores, m, l;
+  detail::LineVector<float> q, acc, scores;
+  std::vector<float> m, l;
 #if defined(RVVK_VEC_AVX512) || defined(RVVK_VEC_AVX2)
   // x86::qk_block's scratch: 16 keys' K rows in fp32 (AVX-512), the heads'
   // 8-lane partial scores (AVX2)
   std::vector<x86::Row> kf;
 #endif
 #if defined(RVVK_VEC_AVX512)
-  std::vector<bf16> qb;  // q as it is, for x86::qk_block_dot
+  detail::LineVector<bf16> qb;  // q as it is, for x86::qk_block_dot
 #endif
 };
 Scratch& scratch() {

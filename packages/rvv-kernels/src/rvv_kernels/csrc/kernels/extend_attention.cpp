@@ -59,6 +59,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "rvvk/detail/aligned.h"
 #include "rvvk/detail/dispatch.h"
 #include "rvvk/detail/kv_cache.h"
 #include "rvvk/detail/vec.h"
@@ -87,7 +88,7 @@ constexpr int kKeys = 3;  // keys per pass of qk_keys
 constexpr int kRows = 3;  // query rows per pass of pv_rows
 
 struct Scratch {
-  std::vector<float> qt, s, o, kc, vc, m, l, alpha, tmp;
+  detail::LineVector<float> qt, s, o, kc, vc, m, l, alpha, tmp;
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -100,7 +101,7 @@ Scratch& scratch() {
 // longer than kMaxConvertedWords / (dim + dim_v) positions convert per task.
 struct Converted {
   std::int64_t b = -1, kvh = -1;
-  std::vector<float> k, v;
+  detail::LineVector<float> k, v;
   std::vector<std::int32_t> have;
 };
 Converted& converted() {
@@ -918,12 +919,13 @@ struct Tiles {};  // no tile state without AMX
 #endif
 
 struct Scratch {
-  std::vector<std::uint16_t> q;          // nqr_pad x dim, bf16
-  std::vector<std::uint32_t> kb;         // (dim / 32) x 4 B tiles of 16 x 16 pairs
-  std::vector<std::uint32_t> vb;         // (kN / 32) x (dim_v / 16) B tiles of 16 x 16 pairs
-  std::vector<float> s;                  // nqr_pad x kN scores
-  std::vector<std::uint16_t> p;          // nqr_pad x kN, bf16
-  std::vector<float> o, m, l;            // nqr_pad x dim_v, nqr, nqr
+  detail::LineVector<std::uint16_t> q;   // nqr_pad x dim, bf16
+  detail::LineVector<std::uint32_t> kb;  // (dim / 32) x 4 B tiles of 16 x 16 pairs
+  detail::LineVector<std::uint32_t> vb;  // (kN / 32) x (dim_v / 16) B tiles of 16 x 16 pairs
+  detail::LineVector<float> s;           // nqr_pad x kN scores
+  detail::LineVector<std::uint16_t> p;   // nqr_pad x kN, bf16
+  detail::LineVector<float> o;           // nqr_pad x dim_v
+  std::vector<float> m, l;               // nqr, nqr
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -941,7 +943,7 @@ Scratch& scratch() {
 // changes between calls.
 struct Packed {
   std::int64_t b = -1, kvh = -1;
-  std::vector<std::uint32_t> kb, vb;  // block j at j * kb_size / j * vb_size
+  detail::LineVector<std::uint32_t> kb, vb;  // block j at j * kb_size / j * vb_size
   std::vector<std::uint8_t> have;     // block j packed
 };
 Packed& packed() {
