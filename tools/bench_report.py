@@ -428,16 +428,18 @@ We have no RISC-V board. Every number here is a proxy:
   20:56, checkout 1c18356: decode 22.8x, extend 2.88x, bandwidth fraction 0.21-0.44, in
   cache 0.47; the runs at 12:38 and 19:11 on the same host: decode 21.1x and 20.0x, extend
   2.89x and 3.05x, bandwidth fraction 0.26-0.39 and 0.24-0.44; see the last two points).
-  Section 3 now holds a run on an AVX-512 / AMX Xeon again (`x86_amx`, 2026-12-04 17:30,
-  checkout 30babe9). Against the Zen 3 run, torch_native's decode at batch 16 / context
-  2048 took 18.6 ms instead of 103 ms and its extend at batch 4 / context 2048 70.1 ms
-  instead of 456 ms (5.5x and 6.5x faster: torch's AVX512 / bf16 kernels), the kernels'
-  3.21 instead of 4.52 ms and 33.9 instead of 158.5 ms (1.4x and 4.7x): decode 5.8x,
-  extend 2.07x, both targets missed on this host by far, while the decode bandwidth
-  fractions are the best so far (0.27-0.42 over random rows, 0.33-0.58 over consecutive
-  ones: batches 4 and 16 meet 0.5 there; in cache 0.75 against a copy bandwidth of 26.5
-  GB/s). The run before it the same day (16:24, checkout 2b63fd7, before the extend
-  softmax change below): decode 5.5x, extend 1.79x (36.7 ms), bandwidth fraction
+  Section 3 now holds a run on an AVX-512 / AMX Xeon again (`x86_amx`, 2026-12-04 20:26,
+  checkout d2e4ad9). Against the Zen 3 run, torch_native's decode at batch 16 / context
+  2048 took 18.8 ms instead of 103 ms and its extend at batch 4 / context 2048 68.8 ms
+  instead of 456 ms (5.5x and 6.6x faster: torch's AVX512 / bf16 kernels), the kernels'
+  3.30 instead of 4.52 ms and 18.6 instead of 158.5 ms (1.4x and 8.5x): decode 5.7x (target
+  10x missed on this host by far), extend 3.70x (target 3x met; it was 2.07x at 17:30 the
+  same day, checkout 30babe9, before p went to P.V in bf16 and the scratch buffers were
+  aligned to cache lines, see the last two points); decode bandwidth fraction 0.29-0.41
+  over random rows, 0.35-0.58 over consecutive ones (batches 4 and 16 meet 0.5 there), in
+  cache 0.77 against a copy bandwidth of 26.1 GB/s. The runs before it the same day: 17:30
+  (30babe9): decode 5.8x, extend 2.07x (33.9 ms), bandwidth fraction 0.27-0.58; 16:24
+  (2b63fd7): decode 5.5x, extend 1.79x (36.7 ms), bandwidth fraction
   0.28-0.57. To reach 10x here decode would have to run at ~0.7 of the copy bandwidth
   from DRAM at batch 16 / context 2048, nearly its in-cache speed. Before
   the `x86_avx2` variant existed, the EPYC ran the kernels' portable C++ path: extend
@@ -729,6 +731,31 @@ We have no RISC-V board. Every number here is a proxy:
   packing ~8%. Extend-only bench-x86 runs: 22.7 and 23.4 ms, 2.86x and 2.79x torch_native
   (it was 33.2 ms, 2.01x, in a run just before). Not kept: moving m only when a block's max
   exceeds it by more than 8 (p up to 2^8, almost no rescaling of o): no faster.
+- **Scratch on cache-line boundaries (2026-12-04, evening, same Xeon).** The kernels'
+  scratch buffers were std::vectors, whose storage malloc aligns to 16 bytes (large blocks
+  start 16 bytes past a page boundary), so every 64-byte AMX tile row, zmm and padded_stride
+  row of them spanned two cache lines. They now come from a 64-byte-aligned allocator
+  (`detail::LineVector`: extend's tiles, scores, p, o and packed K/V, the fp32 path's
+  scratch and converted rows, decode's q, accumulators and scores). One thread at batch 4 /
+  context 2048 (scratch program, alternating runs): `x86_amx` 39.4 -> 30.5 ms, the
+  `x86_avx512` fp32 path 220 -> 196 ms; `x86_avx2` and `x86_avx512_bf16` (32-byte loads,
+  broadcast pairs) unchanged. This was a large part of why the tile products cost 2-4x
+  their back-to-back time (above). Also kept: a block's tile products stop at its last
+  visible key rounded up to 32 (a task's last block is usually partial) and whole blocks
+  skip the 2^-126 compare before vscalefps (~2.5%). Extend-only bench-x86 runs then: 18.7
+  ms both, 3.70x and 3.67x; the full run in section 3: 18.6 ms, 3.70x. With each phase
+  left out in turn (before the alignment, one thread, ~41 ms): q.k ~14.5 ms, P.V ~13.7,
+  softmax ~12, packing and the rest a few. Two threads of a scratch program (a persistent
+  pool) took 23-27 ms against one thread's ~41: one thread often needed ~20% longer than
+  the other for the same number of equal chunks (cause not found; two single-threaded
+  processes pinned to the two vCPUs did not slow each other, and FMA or AMX loops scale 2x).
+  Tried and not kept: chunks of half a KV head in rvv-ops (23-24 against 26-27.5 ms in the
+  scratch pool at batch 4, 94 -> 106 ms at batch 16, no change in bench-x86); software
+  prefetch of the next block's cache rows before it is packed, and of the next tile group's
+  operands into L1 (no gain in the scratch program, whose pool stays in the 480 MiB L3);
+  key blocks of 64 keys (+18%) and 256 (+5-9%) again; summing each row's max and sum
+  without the horizontal reductions (results wrong, time only): ~1 ms, so batching the
+  reductions of 16 rows was not pursued.
 - A board result also depends on its memory system, thread count and clock, none of
   which these proxies contain.
 """
