@@ -123,12 +123,7 @@ def reference_attention(
 ) -> Tensor:
     """Attention of one request in fp32: q [M, Hq, D] at positions q_pos [M] over k [L, Hkv, D]
     and v [L, Hkv, Dv] at positions 0..L-1. `window` is the ops' argument (SGLang's W + 1)."""
-    k_pos = torch.arange(k.shape[0])
-    mask = torch.ones(q.shape[0], k.shape[0], dtype=torch.bool)
-    if causal:
-        mask &= k_pos[None, :] <= q_pos[:, None]
-    if window > 0:
-        mask &= k_pos[None, :] >= q_pos[:, None] - (window - 1)
+    mask = attention_mask(q_pos, k.shape[0], causal, window)
     # [tokens, heads, dim] -> [heads, tokens, dim], as the torch-native backend does
     qh, kh, vh = (x.float().movedim(0, 1) for x in (q, k, v))
     if logit_cap == 0.0 and sinks is None:
@@ -136,19 +131,46 @@ def reference_attention(
             qh[None], kh[None], vh[None], attn_mask=mask, scale=sm_scale, enable_gqa=True
         )[0]
     else:
-        group = qh.shape[0] // kh.shape[0]
-        kh, vh = kh.repeat_interleave(group, 0), vh.repeat_interleave(group, 0)
-        scores = qh @ kh.transpose(1, 2) * sm_scale
-        if logit_cap > 0.0:
-            scores = logit_cap * torch.tanh(scores / logit_cap)
-        scores = scores.masked_fill(~mask, -math.inf)
-        if sinks is not None:
-            sink = sinks.float()[:, None, None].expand(-1, scores.shape[1], 1)
-            probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
-        else:
-            probs = torch.softmax(scores, dim=-1)
+        probs, vh = attention_probs(qh, kh, vh, mask, sm_scale, logit_cap, sinks)
         out = probs @ vh
     return out.movedim(1, 0)
+
+
+def attention_mask(q_pos: Tensor, keys: int, causal: bool, window: int) -> Tensor:
+    """[M, keys]: which keys (positions 0..keys-1) each query row at q_pos sees."""
+    k_pos = torch.arange(keys)
+    mask = torch.ones(q_pos.shape[0], keys, dtype=torch.bool)
+    if causal:
+        mask &= k_pos[None, :] <= q_pos[:, None]
+    if window > 0:
+        mask &= k_pos[None, :] >= q_pos[:, None] - (window - 1)
+    return mask
+
+
+def attention_probs(
+    qh: Tensor,
+    kh: Tensor,
+    vh: Tensor,
+    mask: Tensor,
+    sm_scale: float,
+    logit_cap: float,
+    sinks: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    """Softmax weights [Hq, M, L] of qh [Hq, M, D] over kh [Hkv, L, D] (scaled, capped,
+    masked, the sinks in the denominator) in qh's dtype, and vh [Hkv, L, Dv] repeated to
+    [Hq, L, Dv]."""
+    group = qh.shape[0] // kh.shape[0]
+    kh, vh = kh.repeat_interleave(group, 0), vh.repeat_interleave(group, 0)
+    scores = qh @ kh.transpose(1, 2) * sm_scale
+    if logit_cap > 0.0:
+        scores = logit_cap * torch.tanh(scores / logit_cap)
+    scores = scores.masked_fill(~mask, -math.inf)
+    if sinks is not None:
+        sink = sinks.to(qh.dtype)[:, None, None].expand(-1, scores.shape[1], 1)
+        probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(scores, dim=-1)
+    return probs, vh
 
 
 def p_rounding_slack(
@@ -169,24 +191,9 @@ def p_rounding_slack(
     divide by the sum of the rounded weights: an output o moves by sum_j P_j d_j (v_j - o),
     P the normalised weights, |d_j| <= 2^-8 independent roundings. Allowed: 4 x 2^-8 x
     sqrt(sum_j P_j^2 (v_j - o)^2), over 7 standard deviations."""
-    k_pos = torch.arange(k.shape[0])
-    mask = torch.ones(q.shape[0], k.shape[0], dtype=torch.bool)
-    if causal:
-        mask &= k_pos[None, :] <= q_pos[:, None]
-    if window > 0:
-        mask &= k_pos[None, :] >= q_pos[:, None] - (window - 1)
+    mask = attention_mask(q_pos, k.shape[0], causal, window)
     qh, kh, vh = (x.double().movedim(0, 1) for x in (q, k, v))
-    group = qh.shape[0] // kh.shape[0]
-    kh, vh = kh.repeat_interleave(group, 0), vh.repeat_interleave(group, 0)
-    scores = qh @ kh.transpose(1, 2) * sm_scale
-    if logit_cap > 0.0:
-        scores = logit_cap * torch.tanh(scores / logit_cap)
-    scores = scores.masked_fill(~mask, -math.inf)
-    if sinks is not None:
-        sink = sinks.double()[:, None, None].expand(-1, scores.shape[1], 1)
-        probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
-    else:
-        probs = torch.softmax(scores, dim=-1)
+    probs, vh = attention_probs(qh, kh, vh, mask, sm_scale, logit_cap, sinks)
     probs = probs.nan_to_num(0.0)  # rows that see no key
     o = probs @ vh
     p2 = probs * probs
@@ -754,10 +761,11 @@ def make_extend(case: ExtendCase, seed: int = 0) -> ExtendRun:
     return ExtendRun(case, pool, args, starts, new_k, new_v)
 
 
-def reference_extend(run: ExtendRun) -> Tensor:
-    """o_extend after the op: each request's rows; rows of no request stay NaN."""
+def per_request(run: ExtendRun, fn: Any, fill: float) -> Tensor:
+    """fn (reference_attention's arguments) over each request's rows of o_extend: its new
+    tokens' q over its prefix and new K / V; rows of no request hold `fill`."""
     case, args = run.case, run.args
-    out = torch.full(args["o_extend"].shape, math.nan)
+    out = torch.full(args["o_extend"].shape, fill)
     for b, (p, e) in enumerate(case.reqs):
         if e == 0:
             continue
@@ -765,7 +773,7 @@ def reference_extend(run: ExtendRun) -> Tensor:
         k_pre, v_pre = run.pool.keys(b, 0, p)
         k = torch.cat([k_pre, run.new_k[rows].float()])
         v = torch.cat([v_pre, run.new_v[rows].float()])
-        out[rows] = reference_attention(
+        out[rows] = fn(
             args["q_extend"][rows],
             k,
             v,
@@ -777,34 +785,19 @@ def reference_extend(run: ExtendRun) -> Tensor:
             sinks=args["sinks"],
         )
     return out
+
+
+def reference_extend(run: ExtendRun) -> Tensor:
+    """o_extend after the op: each request's rows; rows of no request stay NaN."""
+    return per_request(run, reference_attention, math.nan)
 
 
 def extend_slack(run: ExtendRun) -> Tensor | None:
     """p_rounding_slack for the rows of o_extend where the kernels may round p to bf16 (bf16
     q over a bf16 cache), else None."""
-    case, args = run.case, run.args
-    if case.dtype != torch.bfloat16 or case.cache != "same":
+    if run.case.dtype != torch.bfloat16 or run.case.cache != "same":
         return None
-    out = torch.zeros(args["o_extend"].shape)
-    for b, (p, e) in enumerate(case.reqs):
-        if e == 0:
-            continue
-        rows = slice(run.starts[b], run.starts[b] + e)
-        k_pre, v_pre = run.pool.keys(b, 0, p)
-        k = torch.cat([k_pre, run.new_k[rows].float()])
-        v = torch.cat([v_pre, run.new_v[rows].float()])
-        out[rows] = p_rounding_slack(
-            args["q_extend"][rows],
-            k,
-            v,
-            p + torch.arange(e),
-            sm_scale=args["sm_scale"],
-            causal=case.causal,
-            window=case.window,
-            logit_cap=case.logit_cap,
-            sinks=args["sinks"],
-        )
-    return out
+    return per_request(run, p_rounding_slack, 0.0)
 
 
 @pytest.mark.parametrize("name", EXTEND_CASES)

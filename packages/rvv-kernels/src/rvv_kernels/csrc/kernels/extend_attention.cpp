@@ -1219,7 +1219,7 @@ RVVK_ALWAYS_INLINE inline float softmax_row(const float* s, std::int64_t lo, std
   const float m_new = std::max(m_old, _mm512_reduce_max_ps(mx) * k);
   const float alpha = m_new == m_old ? 1.0f : std::exp2(m_old - m_new);
   const __m512 kv = _mm512_set1_ps(k), mv = _mm512_set1_ps(m_new);
-  const __m512 floor = _mm512_set1_ps(-126.0f);  // 2^t below this is 0 (no denormals)
+  const __m512 t_min = _mm512_set1_ps(-126.0f);  // 2^t below this is 0 (no denormals)
   const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3f80);  // bf16 1.0
   __m512 sum = _mm512_setzero_ps();
 #pragma GCC unroll 4
@@ -1230,10 +1230,10 @@ RVVK_ALWAYS_INLINE inline float softmax_row(const float* s, std::int64_t lo, std
       const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       // A whole block's t are finite: 2^t below 2^-126 comes out of vscalefps
       // as a denormal or 0, and bf16 conversion and vdpbf16ps flush denormals,
-      // so p and l see 0 either way (the floor only matters with masked lanes,
+      // so p and l see 0 either way (t_min only matters with masked lanes,
       // whose t may be anything).
       __mmask16 keep = 0xffff;
-      if constexpr (!kWhole) keep = vis[i + j] & _mm512_cmp_ps_mask(t, floor, _CMP_GE_OQ);
+      if constexpr (!kWhole) keep = vis[i + j] & _mm512_cmp_ps_mask(t, t_min, _CMP_GE_OQ);
       p[j] = exp2_split(n, _mm512_sub_ps(t, n), keep);
     }
     const __m512bh pb = _mm512_cvtne2ps_pbh(p[1], p[0]);
@@ -1262,7 +1262,8 @@ void task(const ExtendAttentionArgs& a, std::int64_t task) {
   const std::int64_t window = a.window;
   // Scores to base-2 exponents: x = s * k (with a cap, softmax_row applies it
   // and x comes out in base 2).
-  const float k = a.logit_cap > 0.0f ? 1.0f : a.sm_scale * kLog2e;
+  const float cap = a.logit_cap, scale = a.sm_scale;
+  const float k = cap > 0.0f ? 1.0f : scale * kLog2e;
 
   Scratch& sc = scratch();
   sc.q.assign(static_cast<std::size_t>(nqr_pad * dim), 0);
@@ -1334,7 +1335,6 @@ void task(const ExtendAttentionArgs& a, std::int64_t task) {
       std::uint16_t* const prow = sc.p.data() + r * kN;
       float* const mr = &sc.m[r];
       float* const lr = &sc.l[r];
-      const float cap = a.logit_cap, scale = a.sm_scale;
       const float alpha = lo == 0 && hi == kN
                               ? softmax_row<true>(srow, lo, hi, k, scale, cap, mr, lr, prow)
                               : softmax_row<false>(srow, lo, hi, k, scale, cap, mr, lr, prow);
