@@ -201,9 +201,13 @@ def bench_report(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint + format check) and mypy --strict on the Python packages and tools."""
-    # transformers: rvv-attention's integration is type-checked against it.
-    session.install(TORCH, "numpy", "pytest", "ruff", "mypy", "nox", "hatchling", TRANSFORMERS)
+    """ruff (lint + format check) and mypy --strict on the Python packages and tools, then the
+    tools' own tests (tools/tests: bench-report rendered from synthetic records)."""
+    # transformers: rvv-attention's integration is type-checked against it; matplotlib:
+    # bench_report's plots, which tools/tests render.
+    session.install(
+        TORCH, "numpy", "pytest", "ruff", "mypy", "nox", "hatchling", TRANSFORMERS, MATPLOTLIB
+    )
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run(
@@ -220,5 +224,7 @@ def lint(session: nox.Session) -> None:
         "tools/bench_x86.py",
         "tools/bench_e2e_riscv.py",
         "tools/bench_report.py",
+        "tools/tests",
         "noxfile.py",
     )
+    session.run("pytest", "tools/tests", "-q")
