@@ -57,8 +57,7 @@ RVVK_ALWAYS_INLINE inline void qk_heads_dot(const bf16* qb, std::int64_t dim,
   }
 }
 
-// Heads per pass of qk_heads_dot (KS = 4 keys): 3 and 4 ran alike, 2 and 6
-// slower (Zen 4, in cache).
+// Heads per pass of qk_heads_dot (KS = 4 keys: 16 accumulators).
 constexpr int kDotHeads = 4;
 
 // scores[g * kBlock + j] = scale * (qb[g] . k_j) for all `group` heads, in
