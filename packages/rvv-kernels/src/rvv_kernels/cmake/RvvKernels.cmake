@@ -2,17 +2,23 @@
 # build and by every consumer (rvv-ops' native build and its riscv64 cross
 # build) through find_package(rvv_kernels) or include().
 #
-# Defines the static library target `rvv_kernels` (alias rvv_kernels::rvv_kernels):
-# each kernel source is compiled once per variant - `portable` always, when the
+# Defines the static library target `rvv_kernels` (alias rvv_kernels::rvv_kernels).
+# Kernels live one folder per op, csrc/kernels/<op>/: the op's top-level *.cpp
+# files (its driver) are compiled once per variant - `portable` always, when the
 # target is riscv64 also `rvv` (-march=rv64gcv) and `rvv_zvfh` (+Zvfh), when it
 # is x86-64 also `x86_avx2` (the vector layer on AVX2 + FMA + F16C), `x86_avx512`
-# (the vector layer on AVX-512 intrinsics), `x86_avx512_bf16` (+ AVX512-BF16:
-# bf16 dot products in decode attention's q.k and in extend attention's two
-# matrix products) and `x86_amx` (AMX tiles for extend attention's bf16 matrix
-# products) - the last two partial: only their
-# sources in RVVK_PARTIAL_SOURCES_<variant> are compiled, their other kernels
-# are those of the variant below them - and the library picks the best variant
-# for the running CPU at run time.
+# (the vector layer on AVX-512 intrinsics), `x86_avx512_bf16` (+ AVX512-BF16)
+# and `x86_amx` (+ AMX tiles) - and the library picks the best variant for the
+# running CPU at run time.
+#
+# ISA-specific code sits in csrc/kernels/<op>/<isa>/ (isa: generic or a variant
+# name), only where it differs from the generic code. Compiling <op> for variant
+# V puts on the include path, in order, <op>/V, <op>/parent(V), ... and
+# <op>/generic (the parents: RVVK_PARENT_<variant> below), so the driver's
+# `#include "<op>_isa.h"` finds the most specific implementation. The partial
+# variants (RVVK_PARTIAL_VARIANTS: x86_avx512_bf16, x86_amx) compile only the
+# ops that have a folder <op>/<variant>/; their other kernels are those of
+# their parent variant (runtime/dispatch.cpp declares which).
 #
 # Options:
 #   RVVK_ENABLE_RVV   (ON)  compile the RVV variants when targeting riscv64
@@ -22,21 +28,22 @@
 #                           when targeting x86-64
 #   RVVK_PORTABLE_FLAGS     extra flags for the portable variant
 #
-# Function: rvvk_add_variant_objects(<prefix> <sources...>) compiles extra
-# sources once per variant (defining RVVK_VARIANT; for a partial variant only
-# those also in its RVVK_PARTIAL_SOURCES_<variant>) and returns the object
-# libraries in ${<prefix>_TARGETS}.
+# Function: rvvk_add_op_objects(<prefix> <op_dir>) compiles an op folder's
+# driver once per variant (defining RVVK_VARIANT, with the variant's ISA folder
+# chain on the include path; for a partial variant only if <op_dir>/<variant>/
+# exists) and returns the object libraries in ${<prefix>_TARGETS}.
 include_guard(GLOBAL)
 include(CheckCXXSourceCompiles)
 
 set(RVVK_SOURCE_DIR "${CMAKE_CURRENT_LIST_DIR}/../csrc")
-file(GLOB RVVK_KERNEL_SOURCES CONFIGURE_DEPENDS "${RVVK_SOURCE_DIR}/kernels/*.cpp")
-# The partial variants' kernel sources: those with code of their own for the
-# variant (x86_avx512_bf16: __AVX512BF16__, x86_amx: RVVK_AMX); keep in step
-# with their declarations in runtime/dispatch.cpp.
-set(RVVK_PARTIAL_SOURCES_x86_avx512_bf16 "${RVVK_SOURCE_DIR}/kernels/decode_attention.cpp"
-    "${RVVK_SOURCE_DIR}/kernels/extend_attention.cpp")
-set(RVVK_PARTIAL_SOURCES_x86_amx "${RVVK_SOURCE_DIR}/kernels/extend_attention.cpp")
+# One folder per op under kernels/ (its sources are globbed in rvvk_add_op_objects).
+file(GLOB _rvvk_kernel_entries LIST_DIRECTORIES true CONFIGURE_DEPENDS "${RVVK_SOURCE_DIR}/kernels/*")
+set(RVVK_OP_DIRS)
+foreach(_e IN LISTS _rvvk_kernel_entries)
+  if(IS_DIRECTORY "${_e}")
+    list(APPEND RVVK_OP_DIRS "${_e}")
+  endif()
+endforeach()
 
 # Sets the cache variable <var> to whether the compiler builds <source> with the
 # flags that follow (each argument a flag or a space-separated string of them).
@@ -165,25 +172,52 @@ int main() { alignas(64) unsigned char cfg[64] = {1}; float x[32] = {1};
 endif()
 message(STATUS "rvv-kernels variants: ${RVVK_VARIANTS}")
 
-function(rvvk_add_variant_objects prefix)
+# ---- Variant parents (the ISA-folder fallback chain) and partial variants ----
+# RVVK_PARENT_<v>: the variant whose ISA folders <v> falls back to before
+# generic (empty: a root variant, generic only). A partial variant compiles
+# only the ops with a folder of its own; dispatch.cpp takes the rest from the
+# parent.
+set(RVVK_PARENT_portable "")
+set(RVVK_PARENT_rvv "")
+set(RVVK_PARENT_rvv_zvfh rvv)
+set(RVVK_PARENT_x86_avx2 "")
+set(RVVK_PARENT_x86_avx512 "")
+set(RVVK_PARENT_x86_avx512_bf16 x86_avx512)
+set(RVVK_PARENT_x86_amx x86_avx512_bf16)
+set(RVVK_PARTIAL_VARIANTS x86_avx512_bf16 x86_amx)
+# ---- end of variant parents ----
+
+
+# <op_dir>/V, <op_dir>/parent(V), ... that exist, then <op_dir>/generic: the
+# include directories of op folder <op_dir> for variant V, in ${<out>}.
+function(rvvk_isa_dirs out op_dir variant)
+  set(_dirs)
+  set(_v ${variant})
+  while(_v)
+    if(IS_DIRECTORY "${op_dir}/${_v}")
+      list(APPEND _dirs "${op_dir}/${_v}")
+    endif()
+    set(_v "${RVVK_PARENT_${_v}}")
+  endwhile()
+  if(IS_DIRECTORY "${op_dir}/generic")
+    list(APPEND _dirs "${op_dir}/generic")
+  endif()
+  set(${out} ${_dirs} PARENT_SCOPE)
+endfunction()
+
+function(rvvk_add_op_objects prefix op_dir)
+  get_filename_component(_op "${op_dir}" NAME)
+  file(GLOB _sources CONFIGURE_DEPENDS "${op_dir}/*.cpp")
   set(_targets)
   foreach(_v IN LISTS RVVK_VARIANTS)
-    set(_sources ${ARGN})
-    if(DEFINED RVVK_PARTIAL_SOURCES_${_v})
-      set(_sources)
-      foreach(_s IN LISTS ARGN)
-        if(_s IN_LIST RVVK_PARTIAL_SOURCES_${_v})
-          list(APPEND _sources ${_s})
-        endif()
-      endforeach()
-      if(NOT _sources)
-        continue()
-      endif()
+    if(_v IN_LIST RVVK_PARTIAL_VARIANTS AND NOT IS_DIRECTORY "${op_dir}/${_v}")
+      continue()  # the parent variant's kernel serves this one
     endif()
-    set(_t ${prefix}_${_v})
+    rvvk_isa_dirs(_dirs "${op_dir}" ${_v})
+    set(_t ${prefix}_${_op}_${_v})
     add_library(${_t} OBJECT ${_sources})
     target_compile_features(${_t} PRIVATE cxx_std_17)
-    target_include_directories(${_t} PRIVATE "${RVVK_SOURCE_DIR}/include")
+    target_include_directories(${_t} PRIVATE ${_dirs} "${RVVK_SOURCE_DIR}/include")
     target_compile_definitions(${_t} PRIVATE RVVK_VARIANT=${_v})
     target_compile_options(${_t} PRIVATE ${RVVK_FLAGS_${_v}})
     set_target_properties(${_t} PROPERTIES POSITION_INDEPENDENT_CODE ON)
@@ -193,11 +227,15 @@ function(rvvk_add_variant_objects prefix)
 endfunction()
 
 if(NOT TARGET rvv_kernels)
-  rvvk_add_variant_objects(rvv_kernels_kernels ${RVVK_KERNEL_SOURCES})
+  set(_rvvk_objects)
+  foreach(_d IN LISTS RVVK_OP_DIRS)
+    rvvk_add_op_objects(rvv_kernels_kernels "${_d}")
+    list(APPEND _rvvk_objects ${rvv_kernels_kernels_TARGETS})
+  endforeach()
   add_library(rvv_kernels STATIC
     "${RVVK_SOURCE_DIR}/runtime/dispatch.cpp"
     "${RVVK_SOURCE_DIR}/runtime/cpuinfo.cpp")
-  foreach(_t IN LISTS rvv_kernels_kernels_TARGETS)
+  foreach(_t IN LISTS _rvvk_objects)
     target_sources(rvv_kernels PRIVATE $<TARGET_OBJECTS:${_t}>)
   endforeach()
   foreach(_v IN LISTS RVVK_VARIANTS)

@@ -37,8 +37,8 @@ namespace v_x86_avx512 {
 }
 #endif
 #undef RVVK_KERNEL
-// The partial variants compile only the kernels with code of their own for them
-// (RVVK_PARTIAL_SOURCES_<variant> in RvvKernels.cmake), declared here; qualified
+// The partial variants compile only the ops with a folder of their own for them
+// (kernels/<op>/<variant>/; RvvKernels.cmake), declared here; qualified
 // lookup finds these first and the variant's below for every other entry of
 // the table (x86_amx -> x86_avx512_bf16 -> x86_avx512).
 #if RVVK_HAVE_x86_avx512_bf16
