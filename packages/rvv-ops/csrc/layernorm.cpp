@@ -5,31 +5,45 @@
 #include "ops.h"
 
 namespace rvv_ops {
+namespace {
 
-at::Tensor layernorm_cpu(const at::Tensor& input, const at::Tensor& weight,
-                         const std::optional<at::Tensor>& bias, double eps) {
-  constexpr const char* op = "layernorm_cpu";
-  check_cpu(op, "input", input);
-  check_cpu(op, "weight", weight);
-  if (bias) check_cpu(op, "bias", *bias);
-  const rvvk::DType dtype = kernel_dtype(op, "input", input);
+constexpr const char* kOp = "layernorm_cpu";
+
+// The checks shared with the Meta kernel (common.h).
+rvvk::DType check_args(const at::Tensor& input, const at::Tensor& weight,
+                       const std::optional<at::Tensor>& bias, double eps) {
+  check_same_device(kOp, "weight", weight, "input", input);
+  if (bias) check_same_device(kOp, "bias", *bias, "input", input);
+  const rvvk::DType dtype = kernel_dtype(kOp, "input", input);
   // SGLang's LayerNorm keeps its parameters in fp32 unless told otherwise.
   TORCH_CHECK_TYPE(weight.scalar_type() == input.scalar_type() ||
                        weight.scalar_type() == at::kFloat,
-                   op, ": weight has dtype ", dtype_name(weight.scalar_type()),
+                   kOp, ": weight has dtype ", dtype_name(weight.scalar_type()),
                    "; expected input's dtype ", dtype_name(input.scalar_type()),
                    " or torch.float32");
-  if (bias) check_same_dtype(op, "bias", *bias, "weight", weight);
-  check_rows_layout(op, "input", input);
-  check_weight(op, weight, "input", input);
+  if (bias) check_same_dtype(kOp, "bias", *bias, "weight", weight);
+  check_has_rows(kOp, "input", input);
+  check_weight_shape(kOp, weight, "input", input);
   if (bias) {
-    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == input.size(-1), op, ": bias (",
-                      describe(*bias), ") has the wrong shape; expected [", input.size(-1),
-                      "] (input.size(-1)) or None");
-    TORCH_CHECK_VALUE(bias->is_contiguous(), op, ": bias (", describe(*bias),
-                      ") is not contiguous; expected stride 1");
+    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->sym_size(0) == input.sym_size(-1), kOp,
+                      ": bias (", describe(*bias), ") has the wrong shape; expected [",
+                      input.sym_size(-1), "] (input.size(-1)) or None");
   }
-  check_eps(op, eps);
+  check_eps(kOp, eps);
+  return dtype;
+}
+
+}  // namespace
+
+at::Tensor layernorm_cpu(const at::Tensor& input, const at::Tensor& weight,
+                         const std::optional<at::Tensor>& bias, double eps) {
+  check_cpu(kOp, "input", input);
+  check_cpu(kOp, "weight", weight);
+  if (bias) check_cpu(kOp, "bias", *bias);
+  const rvvk::DType dtype = check_args(input, weight, bias, eps);
+  check_last_dim_contiguous(kOp, "input", input);
+  check_contiguous(kOp, "weight", weight);
+  if (bias) check_contiguous(kOp, "bias", *bias);
 
   // Read-only: a layout the kernel cannot walk is copied rather than refused.
   at::Tensor in = input;
@@ -50,6 +64,12 @@ at::Tensor layernorm_cpu(const at::Tensor& input, const at::Tensor& weight,
                     static_cast<float>(eps));
   });
   return out;
+}
+
+at::Tensor layernorm_cpu_meta(const at::Tensor& input, const at::Tensor& weight,
+                              const std::optional<at::Tensor>& bias, double eps) {
+  check_args(input, weight, bias, eps);
+  return at::empty_symint(input.sym_sizes(), input.options());
 }
 
 }  // namespace rvv_ops

@@ -8,16 +8,35 @@
 namespace rvv_ops {
 namespace {
 
+// The checks shared with the Meta kernels (common.h).
+rvvk::DType check_rmsnorm_args(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                               double eps) {
+  check_same_device(op, "weight", weight, "input", input);
+  const rvvk::DType dtype = kernel_dtype(op, "input", input);
+  check_same_dtype(op, "weight", weight, "input", input);
+  check_has_rows(op, "input", input);
+  check_weight_shape(op, weight, "input", input);
+  check_eps(op, eps);
+  return dtype;
+}
+
+rvvk::DType check_fused_args(const char* op, const at::Tensor& input, const at::Tensor& residual,
+                             const at::Tensor& weight, double eps) {
+  check_same_device(op, "residual", residual, "input", input);
+  check_same_dtype(op, "residual", residual, "input", input);
+  TORCH_CHECK_VALUE(residual.sym_sizes() == input.sym_sizes(), op, ": residual has shape ",
+                    residual.sym_sizes(), "; expected input's shape ", input.sym_sizes());
+  return check_rmsnorm_args(op, input, weight, eps);
+}
+
 // `weight_offset`: the kernels scale by (weight + weight_offset); 1 for Gemma.
 at::Tensor rmsnorm_impl(const char* op, const at::Tensor& input, const at::Tensor& weight,
                         double eps, float weight_offset) {
   check_cpu(op, "input", input);
   check_cpu(op, "weight", weight);
-  const rvvk::DType dtype = kernel_dtype(op, "input", input);
-  check_same_dtype(op, "weight", weight, "input", input);
-  check_rows_layout(op, "input", input);
-  check_weight(op, weight, "input", input);
-  check_eps(op, eps);
+  const rvvk::DType dtype = check_rmsnorm_args(op, input, weight, eps);
+  check_last_dim_contiguous(op, "input", input);
+  check_contiguous(op, "weight", weight);
 
   // Read-only: a layout the kernel cannot walk is copied rather than refused.
   at::Tensor in = input;
@@ -42,15 +61,10 @@ void fused_add_rmsnorm_impl(const char* op, at::Tensor& input, at::Tensor& resid
   check_cpu(op, "input", input);
   check_cpu(op, "residual", residual);
   check_cpu(op, "weight", weight);
-  const rvvk::DType dtype = kernel_dtype(op, "input", input);
-  check_same_dtype(op, "residual", residual, "input", input);
-  check_same_dtype(op, "weight", weight, "input", input);
-  check_rows_layout(op, "input", input);
-  TORCH_CHECK_VALUE(residual.sizes() == input.sizes(), op, ": residual has shape ",
-                    residual.sizes(), "; expected input's shape ", input.sizes());
-  check_rows_layout(op, "residual", residual);
-  check_weight(op, weight, "input", input);
-  check_eps(op, eps);
+  const rvvk::DType dtype = check_fused_args(op, input, residual, weight, eps);
+  check_last_dim_contiguous(op, "input", input);
+  check_last_dim_contiguous(op, "residual", residual);
+  check_contiguous(op, "weight", weight);
 
   // Both are written in place: no copies, so their layout must be walkable as is.
   const std::int64_t in_stride = require_row_stride(op, "input", input);
@@ -68,6 +82,12 @@ void fused_add_rmsnorm_impl(const char* op, at::Tensor& input, at::Tensor& resid
                             row_ptr(residual, res_stride, begin), res_stride, weight.data_ptr(),
                             end - begin, cols, static_cast<float>(eps), weight_offset);
   });
+}
+
+at::Tensor rmsnorm_meta_impl(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                             double eps) {
+  check_rmsnorm_args(op, input, weight, eps);
+  return at::empty_symint(input.sym_sizes(), input.options());
 }
 
 }  // namespace
@@ -88,6 +108,25 @@ at::Tensor gemma_rmsnorm_cpu(const at::Tensor& input, const at::Tensor& weight, 
 void gemma_fused_add_rmsnorm_cpu(at::Tensor& input, at::Tensor& residual,
                                  const at::Tensor& weight, double eps) {
   fused_add_rmsnorm_impl("gemma_fused_add_rmsnorm_cpu", input, residual, weight, eps, 1.0f);
+}
+
+at::Tensor rmsnorm_cpu_meta(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  return rmsnorm_meta_impl("rmsnorm_cpu", input, weight, eps);
+}
+
+void fused_add_rmsnorm_cpu_meta(at::Tensor& input, at::Tensor& residual,
+                                const at::Tensor& weight, double eps) {
+  check_fused_args("fused_add_rmsnorm_cpu", input, residual, weight, eps);
+}
+
+at::Tensor gemma_rmsnorm_cpu_meta(const at::Tensor& input, const at::Tensor& weight,
+                                  double eps) {
+  return rmsnorm_meta_impl("gemma_rmsnorm_cpu", input, weight, eps);
+}
+
+void gemma_fused_add_rmsnorm_cpu_meta(at::Tensor& input, at::Tensor& residual,
+                                      const at::Tensor& weight, double eps) {
+  check_fused_args("gemma_fused_add_rmsnorm_cpu", input, residual, weight, eps);
 }
 
 }  // namespace rvv_ops
