@@ -33,19 +33,14 @@ at::Tensor act_and_mul(const char* op, rvvk::Activation act, const at::Tensor& i
   const rvvk::DType dtype = check_args(op, input);
   check_last_dim_contiguous(op, "input", input);
 
-  at::Tensor in = input;
-  std::optional<std::int64_t> in_stride = row_stride(in);
-  if (!in_stride) {
-    in = input.contiguous();
-    in_stride = in.size(-1);
-  }
-  const std::int64_t d = in.size(-1) / 2;
+  const Rows in = readable_rows(input);
+  const std::int64_t d = in.t.size(-1) / 2;
   at::Tensor out = at::empty_symint(out_sizes(input), input.options());
-  const std::int64_t rows = num_rows(in);
+  const std::int64_t rows = num_rows(in.t);
   if (out.numel() == 0) return out;
   parallel_rows(rows, 2 * d, [&](std::int64_t begin, std::int64_t end) {
-    rvvk::act_and_mul(act, dtype, row_ptr(out, d, begin), d, row_ptr(in, *in_stride, begin),
-                      *in_stride, end - begin, d);
+    rvvk::act_and_mul(act, dtype, row_ptr(out, d, begin), d, row_ptr(in.t, in.stride, begin),
+                      in.stride, end - begin, d);
   });
   return out;
 }

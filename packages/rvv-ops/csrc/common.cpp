@@ -120,6 +120,12 @@ std::optional<std::int64_t> row_stride(const at::Tensor& t) {
   return stride.value_or(cols);
 }
 
+Rows readable_rows(const at::Tensor& t) {
+  if (const std::optional<std::int64_t> stride = row_stride(t)) return {t, *stride};
+  at::Tensor copy = t.contiguous();
+  return {copy, copy.size(-1)};
+}
+
 std::int64_t require_row_stride(const char* op, const char* arg, const at::Tensor& t) {
   const std::optional<std::int64_t> stride = row_stride(t);
   TORCH_CHECK_VALUE(stride.has_value(), op, ": ", arg, " (", describe(t),

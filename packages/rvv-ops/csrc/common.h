@@ -54,6 +54,13 @@ std::int64_t num_rows(const at::Tensor& t);
 // The element stride between consecutive rows when all dimensions but the last are
 // flattened into one, or nullopt if they cannot be addressed with a single stride.
 std::optional<std::int64_t> row_stride(const at::Tensor& t);
+// A read-only input as rows with one stride: `t` itself when row_stride allows, else a
+// contiguous copy (a layout the kernel cannot walk is copied rather than refused).
+struct Rows {
+  at::Tensor t;
+  std::int64_t stride = 0;
+};
+Rows readable_rows(const at::Tensor& t);
 // As row_stride, but ValueError (naming `arg`) when there is no single row stride.
 std::int64_t require_row_stride(const char* op, const char* arg, const at::Tensor& t);
 // ValueError if two rows of `t` (with row stride `stride`) share memory: it is written.

@@ -45,22 +45,16 @@ at::Tensor layernorm_cpu(const at::Tensor& input, const at::Tensor& weight,
   check_contiguous(kOp, "weight", weight);
   if (bias) check_contiguous(kOp, "bias", *bias);
 
-  // Read-only: a layout the kernel cannot walk is copied rather than refused.
-  at::Tensor in = input;
-  std::optional<std::int64_t> in_stride = row_stride(in);
-  if (!in_stride) {
-    in = input.contiguous();
-    in_stride = in.size(-1);
-  }
+  const Rows in = readable_rows(input);
   at::Tensor out = at::empty(input.sizes(), input.options());
-  const std::int64_t rows = num_rows(in), cols = in.size(-1);
+  const std::int64_t rows = num_rows(in.t), cols = in.t.size(-1);
   if (out.numel() == 0) return out;
   const rvvk::DType param_dtype =
       weight.scalar_type() == at::kFloat ? rvvk::DType::kF32 : dtype;
   const void* bias_ptr = bias ? bias->data_ptr() : nullptr;
   parallel_rows(rows, cols, [&](std::int64_t begin, std::int64_t end) {
-    rvvk::layernorm(dtype, row_ptr(out, cols, begin), cols, row_ptr(in, *in_stride, begin),
-                    *in_stride, param_dtype, weight.data_ptr(), bias_ptr, end - begin, cols,
+    rvvk::layernorm(dtype, row_ptr(out, cols, begin), cols, row_ptr(in.t, in.stride, begin),
+                    in.stride, param_dtype, weight.data_ptr(), bias_ptr, end - begin, cols,
                     static_cast<float>(eps));
   });
   return out;

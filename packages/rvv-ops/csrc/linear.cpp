@@ -217,6 +217,21 @@ std::pair<at::Tensor, rvvk::PackedWeightHeader> packed_weight(const char* op,
   return {packed, packed_header(op, "mat2", packed, dt, k)};
 }
 
+// The fields rvvk::LinearArgs and Int8LinearArgs share: the packed weight, the bias
+// (contiguous, after check_bias; undefined: none) and out [M, N] (contiguous).
+template <class Args>
+void set_weight_and_output(Args& args, const at::Tensor& packed, const at::Tensor& bias,
+                           const at::Tensor& out) {
+  args.packed = packed.data_ptr();
+  if (bias.defined()) {
+    args.bias_dtype = float_dtype(bias.scalar_type());
+    args.bias = bias.data_ptr();
+  }
+  args.out_dtype = float_dtype(out.scalar_type());
+  args.out = out.data_ptr();
+  args.out_stride = out.size(1);
+}
+
 // int8 GEMM of a [M, K] int8 tensor with row stride a_stride and its row scales, after
 // check_int8_mm.
 at::Tensor int8_mm(const char* op, const at::Tensor& a, std::int64_t a_stride,
@@ -225,7 +240,7 @@ at::Tensor int8_mm(const char* op, const at::Tensor& a, std::int64_t a_stride,
                    at::ScalarType out_dtype, bool is_vnni) {
   const auto [packed, h] = packed_weight(op, mat2, rvvk::DType::kI8, a.size(1), is_vnni);
   const at::Tensor ws = scales2.contiguous();
-  const std::optional<at::Tensor> b = bias ? std::optional(bias->contiguous()) : std::nullopt;
+  const at::Tensor b = bias ? bias->contiguous() : at::Tensor();
   at::Tensor out = at::empty({a.size(0), h.n}, a.options().dtype(out_dtype));
   if (a.size(0) == 0) return out;
   rvvk::Int8LinearArgs args;
@@ -233,15 +248,8 @@ at::Tensor int8_mm(const char* op, const at::Tensor& a, std::int64_t a_stride,
   args.a = static_cast<const std::int8_t*>(a.data_ptr());
   args.a_stride = a_stride;
   args.a_scales = a_scales.data_ptr<float>();
-  args.packed = packed.data_ptr();
   args.w_scales = ws.data_ptr<float>();
-  if (b) {
-    args.bias_dtype = float_dtype(b->scalar_type());
-    args.bias = b->data_ptr();
-  }
-  args.out_dtype = float_dtype(out_dtype);
-  args.out = out.data_ptr();
-  args.out_stride = h.n;
+  set_weight_and_output(args, packed, b, out);
   parallel_panels(h, args.m, [&](std::int64_t begin, std::int64_t end) {
     rvvk::int8_linear(args, begin, end);
   });
@@ -293,7 +301,7 @@ at::Tensor weight_packed_linear(const at::Tensor& mat1, const at::Tensor& mat2,
   const rvvk::DType xdt = kernel_dtype(op, "mat1", mat1);
   const rvvk::DType wdt = weight_dtype(op, "mat2", mat2, false, true);
   const auto [packed, h] = packed_weight(op, mat2, wdt, mat1.size(1), is_vnni);
-  const std::optional<at::Tensor> b = bias ? std::optional(bias->contiguous()) : std::nullopt;
+  const at::Tensor b = bias ? bias->contiguous() : at::Tensor();
   at::Tensor x = mat1;
   const std::int64_t x_stride = rows_of(x);
   at::Tensor out = at::empty({x.size(0), h.n}, x.options());
@@ -303,14 +311,7 @@ at::Tensor weight_packed_linear(const at::Tensor& mat1, const at::Tensor& mat2,
   args.x_dtype = xdt;
   args.x = x.data_ptr();
   args.x_stride = x_stride;
-  args.packed = packed.data_ptr();
-  if (b) {
-    args.bias_dtype = float_dtype(b->scalar_type());
-    args.bias = b->data_ptr();
-  }
-  args.out_dtype = xdt;
-  args.out = out.data_ptr();
-  args.out_stride = h.n;
+  set_weight_and_output(args, packed, b, out);
   parallel_panels(h, args.m, [&](std::int64_t begin, std::int64_t end) {
     rvvk::linear(args, begin, end);
   });

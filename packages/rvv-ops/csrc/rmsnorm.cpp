@@ -38,19 +38,13 @@ at::Tensor rmsnorm_impl(const char* op, const at::Tensor& input, const at::Tenso
   check_last_dim_contiguous(op, "input", input);
   check_contiguous(op, "weight", weight);
 
-  // Read-only: a layout the kernel cannot walk is copied rather than refused.
-  at::Tensor in = input;
-  std::optional<std::int64_t> in_stride = row_stride(in);
-  if (!in_stride) {
-    in = input.contiguous();
-    in_stride = in.size(-1);
-  }
+  const Rows in = readable_rows(input);
   at::Tensor out = at::empty(input.sizes(), input.options());
-  const std::int64_t rows = num_rows(in), cols = in.size(-1);
+  const std::int64_t rows = num_rows(in.t), cols = in.t.size(-1);
   if (out.numel() == 0) return out;
   parallel_rows(rows, cols, [&](std::int64_t begin, std::int64_t end) {
-    rvvk::rmsnorm(dtype, row_ptr(out, cols, begin), cols, row_ptr(in, *in_stride, begin),
-                  *in_stride, weight.data_ptr(), end - begin, cols, static_cast<float>(eps),
+    rvvk::rmsnorm(dtype, row_ptr(out, cols, begin), cols, row_ptr(in.t, in.stride, begin),
+                  in.stride, weight.data_ptr(), end - begin, cols, static_cast<float>(eps),
                   weight_offset);
   });
   return out;

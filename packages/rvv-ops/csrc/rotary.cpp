@@ -127,21 +127,20 @@ std::tuple<at::Tensor, at::Tensor> rotary_embedding_cpu(const at::Tensor& positi
   base.cos_sin_cache = cos_sin_cache.data_ptr();
   base.cache_stride = cos_sin_cache.stride(0);
   base.positions = p;
-  rvvk::RotaryArgs qa = base, ka = base;
-  qa.heads = q.heads;
-  qa.x = query.data_ptr();
-  qa.x_stride_t = q.stride_t;
-  qa.x_stride_h = q.stride_h;
-  qa.out = query_out.data_ptr();
-  qa.out_stride_t = q.heads * head_size;
-  qa.out_stride_h = head_size;
-  ka.heads = k.heads;
-  ka.x = key.data_ptr();
-  ka.x_stride_t = k.stride_t;
-  ka.x_stride_h = k.stride_h;
-  ka.out = key_out.data_ptr();
-  ka.out_stride_t = k.heads * head_size;
-  ka.out_stride_h = head_size;
+  // query or key (heads `v`, data x) into out, contiguous.
+  const auto args_for = [&](const HeadsView& v, const at::Tensor& x, const at::Tensor& out) {
+    rvvk::RotaryArgs a = base;
+    a.heads = v.heads;
+    a.x = x.data_ptr();
+    a.x_stride_t = v.stride_t;
+    a.x_stride_h = v.stride_h;
+    a.out = out.data_ptr();
+    a.out_stride_t = v.heads * head_size;
+    a.out_stride_h = head_size;
+    return a;
+  };
+  const rvvk::RotaryArgs qa = args_for(q, query, query_out);
+  const rvvk::RotaryArgs ka = args_for(k, key, key_out);
 
   // One token of a small model is ~2K elements: threads only pay off for many tokens.
   constexpr std::int64_t kMinElementsPerTask = 32768;

@@ -14,6 +14,7 @@ import torch
 
 LIBRARY = Path(__file__).resolve().with_name("_C.so")
 
+
 class CpuInfo(TypedDict):
     """The running CPU's vector features, detected at run time by rvv-kernels."""
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-
 UNSUPPORTED = "rvv_ops: unsupported: "
 """Prefix of the NotImplementedError messages for features the kernels do not have."""
 

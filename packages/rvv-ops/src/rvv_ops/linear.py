@@ -25,7 +25,6 @@ import torch
 from torch import Tensor
 
 
-
 def convert_weight_packed(weight: Tensor) -> Tensor:
     """Packs a linear layer's ``[N, K]`` weight for :func:`weight_packed_linear` (float
     weights) or :func:`int8_scaled_mm` / :func:`int8_scaled_mm_with_quant` (int8 weights).
