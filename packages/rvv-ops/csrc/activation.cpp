@@ -28,9 +28,11 @@ std::vector<c10::SymInt> out_sizes(const at::Tensor& input) {
   return sizes;
 }
 
-at::Tensor act_and_mul(const char* op, rvvk::Activation act, const at::Tensor& input) {
-  check_cpu(op, "input", input);
+at::Tensor act_and_mul(bool meta, const char* op, rvvk::Activation act,
+                       const at::Tensor& input) {
+  if (!meta) check_cpu(op, "input", input);
   const rvvk::DType dtype = check_args(op, input);
+  if (meta) return at::empty_symint(out_sizes(input), input.options());
   check_last_dim_contiguous(op, "input", input);
 
   const Rows in = readable_rows(input);
@@ -45,35 +47,18 @@ at::Tensor act_and_mul(const char* op, rvvk::Activation act, const at::Tensor& i
   return out;
 }
 
-at::Tensor act_and_mul_meta(const char* op, const at::Tensor& input) {
-  check_args(op, input);
-  return at::empty_symint(out_sizes(input), input.options());
-}
-
 }  // namespace
 
-at::Tensor silu_and_mul_cpu(const at::Tensor& input) {
-  return act_and_mul("silu_and_mul_cpu", rvvk::Activation::kSilu, input);
+at::Tensor silu_and_mul_cpu(bool meta, const at::Tensor& input) {
+  return act_and_mul(meta, "silu_and_mul_cpu", rvvk::Activation::kSilu, input);
 }
 
-at::Tensor gelu_and_mul_cpu(const at::Tensor& input) {
-  return act_and_mul("gelu_and_mul_cpu", rvvk::Activation::kGelu, input);
+at::Tensor gelu_and_mul_cpu(bool meta, const at::Tensor& input) {
+  return act_and_mul(meta, "gelu_and_mul_cpu", rvvk::Activation::kGelu, input);
 }
 
-at::Tensor gelu_tanh_and_mul_cpu(const at::Tensor& input) {
-  return act_and_mul("gelu_tanh_and_mul_cpu", rvvk::Activation::kGeluTanh, input);
-}
-
-at::Tensor silu_and_mul_cpu_meta(const at::Tensor& input) {
-  return act_and_mul_meta("silu_and_mul_cpu", input);
-}
-
-at::Tensor gelu_and_mul_cpu_meta(const at::Tensor& input) {
-  return act_and_mul_meta("gelu_and_mul_cpu", input);
-}
-
-at::Tensor gelu_tanh_and_mul_cpu_meta(const at::Tensor& input) {
-  return act_and_mul_meta("gelu_tanh_and_mul_cpu", input);
+at::Tensor gelu_tanh_and_mul_cpu(bool meta, const at::Tensor& input) {
+  return act_and_mul(meta, "gelu_tanh_and_mul_cpu", rvvk::Activation::kGeluTanh, input);
 }
 
 }  // namespace rvv_ops

@@ -58,7 +58,9 @@ void check_io(const char* op, const IoNames& n, const at::Tensor& q, const at::T
   const std::string rows = n.rows;
   const std::string from_q = rows + ", from " + n.q;
   const auto on_q = [&](const char* arg, const at::Tensor& t, std::int64_t dims,
-                        const std::string& layout) { check_dims(op, arg, t, dims, layout, n.q, q); };
+                        const std::string& layout) {
+    check_dims(op, arg, t, dims, layout, n.q, q);
+  };
   on_q(n.q, q, 3, "[" + rows + ", num_heads, head_dim]");
   kernel_dtype(op, n.q, q);
   const c10::SymInt batch = q.sym_size(0), heads = q.sym_size(1), dim = q.sym_size(2);
@@ -126,87 +128,7 @@ void check_scalars(const char* op, double sm_scale, double logit_cap, std::int64
                     "as SGLang passes layer.sliding_window_size + 1)");
 }
 
-void check_decode(const char* op, const at::Tensor& query, const at::Tensor& k_cache,
-                  const at::Tensor& v_cache, double k_scale, double v_scale,
-                  const at::Tensor* k_scales, const at::Tensor* v_scales,
-                  const at::Tensor& output, const std::optional<at::Tensor>& key,
-                  const std::optional<at::Tensor>& value, const at::Tensor& loc,
-                  const at::Tensor& attn_logits, const at::Tensor& req_to_token,
-                  const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
-                  double sm_scale, double logit_cap, bool is_cross_attention,
-                  std::int64_t window, const std::optional<at::Tensor>& encoder_lens,
-                  const std::optional<at::Tensor>& sinks) {
-  check_supported(op, !is_cross_attention, "cross-attention", "is_cross_attention=True");
-  check_supported(op, !encoder_lens.has_value(), "cross-attention",
-                  "encoder_lens is not None (encoder-decoder model)");
-  check_io(op,
-           {"query", "batch", "k_cache", "v_cache", "output", "key", "value",
-            " (the new token's K/V, written at loc) or neither (already in the cache)"},
-           query, k_cache, v_cache, k_scale, v_scale, k_scales, v_scales, output, key, value);
-  const c10::SymInt batch = query.sym_size(0), heads = query.sym_size(1);
-  const c10::SymInt dim_v = v_cache.sym_size(2);
-  check_index(op, "loc", loc, batch, "batch, from query", "query", query);
-  check_same_device(op, "attn_logits", attn_logits, "query", query);
-  TORCH_CHECK_TYPE(attn_logits.scalar_type() == at::kFloat, op, ": attn_logits has dtype ",
-                   dtype_name(attn_logits.scalar_type()), "; expected torch.float32");
-  TORCH_CHECK_VALUE(attn_logits.dim() == 4 && attn_logits.sym_size(0) == batch &&
-                        attn_logits.sym_size(1) == heads && attn_logits.sym_size(2) >= 1 &&
-                        attn_logits.sym_size(3) == dim_v + 1,
-                    op, ": attn_logits has shape ", attn_logits.sym_sizes(), "; expected [",
-                    batch, ", ", heads, ", num_kv_splits >= 1, ", dim_v + 1,
-                    "] = [batch, num_heads, num_kv_splits, head_dim_v + 1]");
-  attn::check_table(op, req_to_token, "query", query);
-  check_index(op, "req_pool_indices", req_pool_indices, batch, "batch, from query", "query",
-              query);
-  check_index(op, "seq_lens", seq_lens, batch, "batch, from query", "query", query);
-  check_scalars(op, sm_scale, logit_cap, window);
-  attn::check_sinks(op, sinks, heads, "query", query);
-}
 
-void check_extend(const char* op, const at::Tensor& q_extend,
-                  const std::optional<at::Tensor>& k_extend,
-                  const std::optional<at::Tensor>& v_extend, const at::Tensor& o_extend,
-                  const at::Tensor& k_buffer, const at::Tensor& v_buffer, double k_scale,
-                  double v_scale, const at::Tensor* k_scales, const at::Tensor* v_scales,
-                  const at::Tensor* out_cache_loc, const at::Tensor& req_to_token,
-                  const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
-                  const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc,
-                  std::int64_t max_len_extend, double sm_scale, double logit_cap,
-                  bool is_cross_attention, std::int64_t window,
-                  const std::optional<at::Tensor>& encoder_lens,
-                  const std::optional<at::Tensor>& sinks,
-                  const std::optional<at::Tensor>& tree_mask) {
-  check_supported(op, !is_cross_attention, "cross-attention", "is_cross_attention=True");
-  check_supported(op, !encoder_lens.has_value(), "cross-attention",
-                  "encoder_lens is not None (encoder-decoder model)");
-  check_supported(op, !tree_mask.has_value(), "tree_mask",
-                  "a custom attention mask (speculative decoding with a token tree)");
-  check_io(op,
-           {"q_extend", "tokens", "k_buffer", "v_buffer", "o_extend", "k_extend", "v_extend",
-            ", or neither (the new tokens' K/V are then read from the cache)"},
-           q_extend, k_buffer, v_buffer, k_scale, v_scale, k_scales, v_scales, o_extend,
-           k_extend, v_extend);
-  const auto on_q = [&](const char* arg, const at::Tensor& t, const c10::SymInt& n,
-                        const char* what) {
-    check_index(op, arg, t, n, what, "q_extend", q_extend);
-  };
-  if (out_cache_loc != nullptr) {
-    on_q("out_cache_loc", *out_cache_loc, q_extend.sym_size(0), "tokens, from q_extend");
-  }
-  attn::check_table(op, req_to_token, "q_extend", q_extend);
-  check_same_device(op, "seq_lens", seq_lens, "q_extend", q_extend);
-  TORCH_CHECK_VALUE(seq_lens.dim() == 1, op, ": seq_lens has shape ", seq_lens.sym_sizes(),
-                    "; expected [batch]");
-  const c10::SymInt batch = seq_lens.sym_size(0);
-  on_q("seq_lens", seq_lens, batch, "batch");
-  on_q("req_pool_indices", req_pool_indices, batch, "batch, from seq_lens");
-  on_q("extend_seq_lens", extend_seq_lens, batch, "batch, from seq_lens");
-  on_q("extend_start_loc", extend_start_loc, batch, "batch, from seq_lens");
-  TORCH_CHECK_VALUE(max_len_extend >= 0, op, ": max_len_extend is ", max_len_extend,
-                    "; expected >= 0 (at least max(extend_seq_lens))");
-  check_scalars(op, sm_scale, logit_cap, window);
-  attn::check_sinks(op, sinks, q_extend.sym_size(1), "q_extend", q_extend);
-}
 
 // --------------------------------------------------------------------------------------
 // CPU-only checks and helpers
@@ -371,7 +293,7 @@ void run_as_taken(std::int64_t tasks, std::int64_t chunk, Fn&& fn) {
 // --------------------------------------------------------------------------------------
 // Decode
 
-void decode_impl(const char* op, const at::Tensor& query, const at::Tensor& k_cache,
+void decode_impl(bool meta, const char* op, const at::Tensor& query, const at::Tensor& k_cache,
                  const at::Tensor& v_cache, double k_scale, double v_scale,
                  const at::Tensor* k_scales, const at::Tensor* v_scales,
                  const at::Tensor& output, const std::optional<at::Tensor>& key,
@@ -400,10 +322,35 @@ void decode_impl(const char* op, const at::Tensor& query, const at::Tensor& k_ca
                                       {"req_pool_indices", &req_pool_indices, false},
                                       {"seq_lens", &seq_lens, false},
                                       {"sinks", sinks ? &*sinks : &none, false}};
-  attn::check_all_cpu(op, tensors);
-  check_decode(op, query, k_cache, v_cache, k_scale, v_scale, k_scales, v_scales, output, key,
-               value, loc, attn_logits, req_to_token, req_pool_indices, seq_lens, sm_scale,
-               logit_cap, is_cross_attention, window, encoder_lens, sinks);
+  if (!meta) attn::check_all_cpu(op, tensors);
+  {  // The checks that need only devices, dtypes, shapes (SymInts) and scalars.
+    check_supported(op, !is_cross_attention, "cross-attention", "is_cross_attention=True");
+    check_supported(op, !encoder_lens.has_value(), "cross-attention",
+                    "encoder_lens is not None (encoder-decoder model)");
+    check_io(op,
+             {"query", "batch", "k_cache", "v_cache", "output", "key", "value",
+              " (the new token's K/V, written at loc) or neither (already in the cache)"},
+             query, k_cache, v_cache, k_scale, v_scale, k_scales, v_scales, output, key, value);
+    const c10::SymInt batch = query.sym_size(0), heads = query.sym_size(1);
+    const c10::SymInt dim_v = v_cache.sym_size(2);
+    check_index(op, "loc", loc, batch, "batch, from query", "query", query);
+    check_same_device(op, "attn_logits", attn_logits, "query", query);
+    TORCH_CHECK_TYPE(attn_logits.scalar_type() == at::kFloat, op, ": attn_logits has dtype ",
+                     dtype_name(attn_logits.scalar_type()), "; expected torch.float32");
+    TORCH_CHECK_VALUE(attn_logits.dim() == 4 && attn_logits.sym_size(0) == batch &&
+                          attn_logits.sym_size(1) == heads && attn_logits.sym_size(2) >= 1 &&
+                          attn_logits.sym_size(3) == dim_v + 1,
+                      op, ": attn_logits has shape ", attn_logits.sym_sizes(), "; expected [",
+                      batch, ", ", heads, ", num_kv_splits >= 1, ", dim_v + 1,
+                      "] = [batch, num_heads, num_kv_splits, head_dim_v + 1]");
+    attn::check_table(op, req_to_token, "query", query);
+    check_index(op, "req_pool_indices", req_pool_indices, batch, "batch, from query", "query",
+                query);
+    check_index(op, "seq_lens", seq_lens, batch, "batch, from query", "query", query);
+    check_scalars(op, sm_scale, logit_cap, window);
+    attn::check_sinks(op, sinks, heads, "query", query);
+  }
+  if (meta) return;
 
   const auto layout =
       check_io_layout(op, {"query", "batch", "k_cache", "v_cache", "output", "key", "value", ""},
@@ -501,7 +448,7 @@ void decode_impl(const char* op, const at::Tensor& query, const at::Tensor& k_ca
 // --------------------------------------------------------------------------------------
 // Extend
 
-void extend_impl(const char* op, const at::Tensor& q_extend,
+void extend_impl(bool meta, const char* op, const at::Tensor& q_extend,
                  const std::optional<at::Tensor>& k_extend,
                  const std::optional<at::Tensor>& v_extend, const at::Tensor& o_extend,
                  const at::Tensor& k_buffer, const at::Tensor& v_buffer, double k_scale,
@@ -536,11 +483,40 @@ void extend_impl(const char* op, const at::Tensor& q_extend,
                                       {"extend_seq_lens", &extend_seq_lens, false},
                                       {"extend_start_loc", &extend_start_loc, false},
                                       {"sinks", sinks ? &*sinks : &none, false}};
-  attn::check_all_cpu(op, tensors);
-  check_extend(op, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, k_scale,
-               v_scale, k_scales, v_scales, out_cache_loc, req_to_token, req_pool_indices,
-               seq_lens, extend_seq_lens, extend_start_loc, max_len_extend, sm_scale, logit_cap,
-               is_cross_attention, window, encoder_lens, sinks, tree_mask);
+  if (!meta) attn::check_all_cpu(op, tensors);
+  {  // The checks that need only devices, dtypes, shapes (SymInts) and scalars.
+    check_supported(op, !is_cross_attention, "cross-attention", "is_cross_attention=True");
+    check_supported(op, !encoder_lens.has_value(), "cross-attention",
+                    "encoder_lens is not None (encoder-decoder model)");
+    check_supported(op, !tree_mask.has_value(), "tree_mask",
+                    "a custom attention mask (speculative decoding with a token tree)");
+    check_io(op,
+             {"q_extend", "tokens", "k_buffer", "v_buffer", "o_extend", "k_extend", "v_extend",
+              ", or neither (the new tokens' K/V are then read from the cache)"},
+             q_extend, k_buffer, v_buffer, k_scale, v_scale, k_scales, v_scales, o_extend,
+             k_extend, v_extend);
+    const auto on_q = [&](const char* arg, const at::Tensor& t, const c10::SymInt& n,
+                          const char* what) {
+      check_index(op, arg, t, n, what, "q_extend", q_extend);
+    };
+    if (out_cache_loc != nullptr) {
+      on_q("out_cache_loc", *out_cache_loc, q_extend.sym_size(0), "tokens, from q_extend");
+    }
+    attn::check_table(op, req_to_token, "q_extend", q_extend);
+    check_same_device(op, "seq_lens", seq_lens, "q_extend", q_extend);
+    TORCH_CHECK_VALUE(seq_lens.dim() == 1, op, ": seq_lens has shape ", seq_lens.sym_sizes(),
+                      "; expected [batch]");
+    const c10::SymInt batch = seq_lens.sym_size(0);
+    on_q("seq_lens", seq_lens, batch, "batch");
+    on_q("req_pool_indices", req_pool_indices, batch, "batch, from seq_lens");
+    on_q("extend_seq_lens", extend_seq_lens, batch, "batch, from seq_lens");
+    on_q("extend_start_loc", extend_start_loc, batch, "batch, from seq_lens");
+    TORCH_CHECK_VALUE(max_len_extend >= 0, op, ": max_len_extend is ", max_len_extend,
+                      "; expected >= 0 (at least max(extend_seq_lens))");
+    check_scalars(op, sm_scale, logit_cap, window);
+    attn::check_sinks(op, sinks, q_extend.sym_size(1), "q_extend", q_extend);
+  }
+  if (meta) return;
 
   const auto layout = check_io_layout(
       op, {"q_extend", "tokens", "k_buffer", "v_buffer", "o_extend", "k_extend", "v_extend", ""},
@@ -699,9 +675,11 @@ void extend_impl(const char* op, const at::Tensor& q_extend,
 
 }  // namespace
 
-void decode_attention_cpu(const at::Tensor& query, at::Tensor& k_cache, at::Tensor& v_cache,
-                          double k_scale, double v_scale, at::Tensor& output,
-                          const std::optional<at::Tensor>& key,
+// The entry points (ops.h): the CPU kernels, and with meta = true the Meta kernels.
+
+void decode_attention_cpu(bool meta, const at::Tensor& query, at::Tensor& k_cache,
+                          at::Tensor& v_cache, double k_scale, double v_scale,
+                          at::Tensor& output, const std::optional<at::Tensor>& key,
                           const std::optional<at::Tensor>& value, const at::Tensor& loc,
                           at::Tensor& attn_logits, const at::Tensor& req_to_token,
                           const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
@@ -709,13 +687,13 @@ void decode_attention_cpu(const at::Tensor& query, at::Tensor& k_cache, at::Tens
                           std::int64_t sliding_window_size,
                           const std::optional<at::Tensor>& encoder_lens,
                           const std::optional<at::Tensor>& sinks) {
-  decode_impl("decode_attention_cpu", query, k_cache, v_cache, k_scale, v_scale, nullptr,
+  decode_impl(meta, "decode_attention_cpu", query, k_cache, v_cache, k_scale, v_scale, nullptr,
               nullptr, output, key, value, loc, attn_logits, req_to_token, req_pool_indices,
               seq_lens, sm_scale, logit_cap, is_cross_attention, sliding_window_size,
               encoder_lens, sinks);
 }
 
-void decode_attention_int8_cpu(const at::Tensor& query, at::Tensor& k_cache,
+void decode_attention_int8_cpu(bool meta, const at::Tensor& query, at::Tensor& k_cache,
                                at::Tensor& v_cache, at::Tensor& k_scale_buf,
                                at::Tensor& v_scale_buf, at::Tensor& output,
                                const std::optional<at::Tensor>& key,
@@ -726,13 +704,14 @@ void decode_attention_int8_cpu(const at::Tensor& query, at::Tensor& k_cache,
                                std::int64_t sliding_window_size,
                                const std::optional<at::Tensor>& encoder_lens,
                                const std::optional<at::Tensor>& sinks) {
-  decode_impl("decode_attention_int8_cpu", query, k_cache, v_cache, 1.0, 1.0, &k_scale_buf,
-              &v_scale_buf, output, key, value, loc, attn_logits, req_to_token,
+  decode_impl(meta, "decode_attention_int8_cpu", query, k_cache, v_cache, 1.0, 1.0,
+              &k_scale_buf, &v_scale_buf, output, key, value, loc, attn_logits, req_to_token,
               req_pool_indices, seq_lens, sm_scale, logit_cap, is_cross_attention,
               sliding_window_size, encoder_lens, sinks);
 }
 
-void extend_attention_cpu(const at::Tensor& q_extend, const std::optional<at::Tensor>& k_extend,
+void extend_attention_cpu(bool meta, const at::Tensor& q_extend,
+                          const std::optional<at::Tensor>& k_extend,
                           const std::optional<at::Tensor>& v_extend, at::Tensor& o_extend,
                           const at::Tensor& k_buffer, const at::Tensor& v_buffer,
                           double k_scale, double v_scale, const at::Tensor& req_to_token,
@@ -744,7 +723,7 @@ void extend_attention_cpu(const at::Tensor& q_extend, const std::optional<at::Te
                           const std::optional<at::Tensor>& encoder_lens,
                           const std::optional<at::Tensor>& sinks,
                           const std::optional<at::Tensor>& tree_mask, bool is_causal) {
-  extend_impl("extend_attention_cpu", q_extend, k_extend, v_extend, o_extend, k_buffer,
+  extend_impl(meta, "extend_attention_cpu", q_extend, k_extend, v_extend, o_extend, k_buffer,
               v_buffer, k_scale, v_scale, nullptr, nullptr, nullptr, req_to_token,
               req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend,
               sm_scale, logit_cap, is_cross_attention, sliding_window_size, encoder_lens,
@@ -752,7 +731,7 @@ void extend_attention_cpu(const at::Tensor& q_extend, const std::optional<at::Te
 }
 
 void extend_attention_int8_cpu(
-    const at::Tensor& q_extend, const std::optional<at::Tensor>& k_extend,
+    bool meta, const at::Tensor& q_extend, const std::optional<at::Tensor>& k_extend,
     const std::optional<at::Tensor>& v_extend, at::Tensor& o_extend, at::Tensor& k_buffer,
     at::Tensor& v_buffer, at::Tensor& k_scale_buf, at::Tensor& v_scale_buf,
     const at::Tensor& out_cache_loc, const at::Tensor& req_to_token,
@@ -762,78 +741,11 @@ void extend_attention_int8_cpu(
     std::int64_t sliding_window_size, const std::optional<at::Tensor>& encoder_lens,
     const std::optional<at::Tensor>& sinks, const std::optional<at::Tensor>& tree_mask,
     bool is_causal) {
-  extend_impl("extend_attention_int8_cpu", q_extend, k_extend, v_extend, o_extend, k_buffer,
-              v_buffer, 1.0, 1.0, &k_scale_buf, &v_scale_buf, &out_cache_loc, req_to_token,
-              req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend,
-              sm_scale, logit_cap, is_cross_attention, sliding_window_size, encoder_lens,
-              sinks, tree_mask, is_causal);
-}
-
-// The Meta kernels: the checks that need no data, for fake tensors and torch.compile.
-
-void decode_attention_cpu_meta(const at::Tensor& query, at::Tensor& k_cache, at::Tensor& v_cache,
-                               double k_scale, double v_scale, at::Tensor& output,
-                               const std::optional<at::Tensor>& key,
-                               const std::optional<at::Tensor>& value, const at::Tensor& loc,
-                               at::Tensor& attn_logits, const at::Tensor& req_to_token,
-                               const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
-                               double sm_scale, double logit_cap, bool is_cross_attention,
-                               std::int64_t sliding_window_size,
-                               const std::optional<at::Tensor>& encoder_lens,
-                               const std::optional<at::Tensor>& sinks) {
-  check_decode("decode_attention_cpu", query, k_cache, v_cache, k_scale, v_scale, nullptr,
-               nullptr, output, key, value, loc, attn_logits, req_to_token, req_pool_indices,
-               seq_lens, sm_scale, logit_cap, is_cross_attention, sliding_window_size,
-               encoder_lens, sinks);
-}
-
-void decode_attention_int8_cpu_meta(
-    const at::Tensor& query, at::Tensor& k_cache, at::Tensor& v_cache, at::Tensor& k_scale_buf,
-    at::Tensor& v_scale_buf, at::Tensor& output, const std::optional<at::Tensor>& key,
-    const std::optional<at::Tensor>& value, const at::Tensor& loc, at::Tensor& attn_logits,
-    const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
-    const at::Tensor& seq_lens, double sm_scale, double logit_cap, bool is_cross_attention,
-    std::int64_t sliding_window_size, const std::optional<at::Tensor>& encoder_lens,
-    const std::optional<at::Tensor>& sinks) {
-  check_decode("decode_attention_int8_cpu", query, k_cache, v_cache, 1.0, 1.0, &k_scale_buf,
-               &v_scale_buf, output, key, value, loc, attn_logits, req_to_token,
-               req_pool_indices, seq_lens, sm_scale, logit_cap, is_cross_attention,
-               sliding_window_size, encoder_lens, sinks);
-}
-
-void extend_attention_cpu_meta(
-    const at::Tensor& q_extend, const std::optional<at::Tensor>& k_extend,
-    const std::optional<at::Tensor>& v_extend, at::Tensor& o_extend, const at::Tensor& k_buffer,
-    const at::Tensor& v_buffer, double k_scale, double v_scale, const at::Tensor& req_to_token,
-    const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
-    const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc,
-    std::int64_t max_len_extend, double sm_scale, double logit_cap, bool is_cross_attention,
-    std::int64_t sliding_window_size, const std::optional<at::Tensor>& encoder_lens,
-    const std::optional<at::Tensor>& sinks, const std::optional<at::Tensor>& tree_mask,
-    bool /*is_causal*/) {
-  check_extend("extend_attention_cpu", q_extend, k_extend, v_extend, o_extend, k_buffer,
-               v_buffer, k_scale, v_scale, nullptr, nullptr, nullptr, req_to_token,
-               req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend,
-               sm_scale, logit_cap, is_cross_attention, sliding_window_size, encoder_lens,
-               sinks, tree_mask);
-}
-
-void extend_attention_int8_cpu_meta(
-    const at::Tensor& q_extend, const std::optional<at::Tensor>& k_extend,
-    const std::optional<at::Tensor>& v_extend, at::Tensor& o_extend, at::Tensor& k_buffer,
-    at::Tensor& v_buffer, at::Tensor& k_scale_buf, at::Tensor& v_scale_buf,
-    const at::Tensor& out_cache_loc, const at::Tensor& req_to_token,
-    const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
-    const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc,
-    std::int64_t max_len_extend, double sm_scale, double logit_cap, bool is_cross_attention,
-    std::int64_t sliding_window_size, const std::optional<at::Tensor>& encoder_lens,
-    const std::optional<at::Tensor>& sinks, const std::optional<at::Tensor>& tree_mask,
-    bool /*is_causal*/) {
-  check_extend("extend_attention_int8_cpu", q_extend, k_extend, v_extend, o_extend, k_buffer,
-               v_buffer, 1.0, 1.0, &k_scale_buf, &v_scale_buf, &out_cache_loc, req_to_token,
-               req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend,
-               sm_scale, logit_cap, is_cross_attention, sliding_window_size, encoder_lens,
-               sinks, tree_mask);
+  extend_impl(meta, "extend_attention_int8_cpu", q_extend, k_extend, v_extend, o_extend,
+              k_buffer, v_buffer, 1.0, 1.0, &k_scale_buf, &v_scale_buf, &out_cache_loc,
+              req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc,
+              max_len_extend, sm_scale, logit_cap, is_cross_attention, sliding_window_size,
+              encoder_lens, sinks, tree_mask, is_causal);
 }
 
 }  // namespace rvv_ops

@@ -35,12 +35,15 @@ rvvk::DType check_args(const at::Tensor& input, const at::Tensor& weight,
 
 }  // namespace
 
-at::Tensor layernorm_cpu(const at::Tensor& input, const at::Tensor& weight,
+at::Tensor layernorm_cpu(bool meta, const at::Tensor& input, const at::Tensor& weight,
                          const std::optional<at::Tensor>& bias, double eps) {
-  check_cpu(kOp, "input", input);
-  check_cpu(kOp, "weight", weight);
-  if (bias) check_cpu(kOp, "bias", *bias);
+  if (!meta) {
+    check_cpu(kOp, "input", input);
+    check_cpu(kOp, "weight", weight);
+    if (bias) check_cpu(kOp, "bias", *bias);
+  }
   const rvvk::DType dtype = check_args(input, weight, bias, eps);
+  if (meta) return at::empty_symint(input.sym_sizes(), input.options());
   check_last_dim_contiguous(kOp, "input", input);
   check_contiguous(kOp, "weight", weight);
   if (bias) check_contiguous(kOp, "bias", *bias);
@@ -58,12 +61,6 @@ at::Tensor layernorm_cpu(const at::Tensor& input, const at::Tensor& weight,
                     static_cast<float>(eps));
   });
   return out;
-}
-
-at::Tensor layernorm_cpu_meta(const at::Tensor& input, const at::Tensor& weight,
-                              const std::optional<at::Tensor>& bias, double eps) {
-  check_args(input, weight, bias, eps);
-  return at::empty_symint(input.sym_sizes(), input.options());
 }
 
 }  // namespace rvv_ops

@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <tuple>
+#include <utility>
 
 #include "common.h"
 #include "ops.h"
@@ -156,7 +158,8 @@ void parallel_panels(const rvvk::PackedWeightHeader& h, std::int64_t m, const Fn
 }
 
 // Every tensor argument of a linear op on the CPU.
-void check_all_cpu(const char* op, std::initializer_list<std::pair<const char*, const at::Tensor*>> args,
+void check_all_cpu(const char* op,
+                   std::initializer_list<std::pair<const char*, const at::Tensor*>> args,
                    const std::optional<at::Tensor>& bias) {
   for (const auto& [arg, t] : args) check_cpu(op, arg, *t);
   if (bias) check_cpu(op, "bias", *bias);
@@ -272,32 +275,30 @@ at::Tensor linear_out_meta(const at::Tensor& mat1, const at::Tensor& mat2,
 
 }  // namespace
 
-at::Tensor convert_weight_packed(const at::Tensor& weight) {
+at::Tensor convert_weight_packed(bool meta, const at::Tensor& weight) {
   const char* op = "convert_weight_packed";
-  check_cpu(op, "weight", weight);
+  if (!meta) check_cpu(op, "weight", weight);
   check_weight_dims(op, "weight", weight);
-  return pack(op, weight, weight_dtype(op, "weight", weight, true, true));
+  const rvvk::DType dt = weight_dtype(op, "weight", weight, true, true);
+  if (meta) {
+    // The packed width depends on N and K: a traced graph is specialised to them.
+    const c10::SymInt n = weight.sym_size(0);
+    const std::int64_t cols = packed_weight_cols(
+        n.guard_int(__FILE__, __LINE__), weight.sym_size(1).guard_int(__FILE__, __LINE__),
+        weight.scalar_type());
+    return at::empty_symint({n, cols}, weight.options());
+  }
+  return pack(op, weight, dt);
 }
 
-at::Tensor convert_weight_packed_meta(const at::Tensor& weight) {
-  const char* op = "convert_weight_packed";
-  check_weight_dims(op, "weight", weight);
-  weight_dtype(op, "weight", weight, true, true);
-  // The packed width depends on N and K: the traced graph is specialised to them.
-  const c10::SymInt n = weight.sym_size(0);
-  const std::int64_t cols = packed_weight_cols(n.guard_int(__FILE__, __LINE__),
-                                               weight.sym_size(1).guard_int(__FILE__, __LINE__),
-                                               weight.scalar_type());
-  return at::empty_symint({n, cols}, weight.options());
-}
-
-at::Tensor weight_packed_linear(const at::Tensor& mat1, const at::Tensor& mat2,
+at::Tensor weight_packed_linear(bool meta, const at::Tensor& mat1, const at::Tensor& mat2,
                                 const std::optional<at::Tensor>& bias, bool is_vnni) {
   const char* op = "weight_packed_linear";
-  check_all_cpu(op, {{"mat1", &mat1}, {"mat2", &mat2}}, bias);
+  if (!meta) check_all_cpu(op, {{"mat1", &mat1}, {"mat2", &mat2}}, bias);
   check_mat1(op, mat1, false);
   check_weight_side(op, mat1, mat2, false, bias, is_vnni);
-  check_bias(op, bias, mat2.size(0));
+  check_bias(op, bias, mat2.sym_size(0));
+  if (meta) return linear_out_meta(mat1, mat2, mat1.scalar_type());
   const rvvk::DType xdt = kernel_dtype(op, "mat1", mat1);
   const rvvk::DType wdt = weight_dtype(op, "mat2", mat2, false, true);
   const auto [packed, h] = packed_weight(op, mat2, wdt, mat1.size(1), is_vnni);
@@ -318,20 +319,15 @@ at::Tensor weight_packed_linear(const at::Tensor& mat1, const at::Tensor& mat2,
   return out;
 }
 
-at::Tensor weight_packed_linear_meta(const at::Tensor& mat1, const at::Tensor& mat2,
-                                     const std::optional<at::Tensor>& bias, bool is_vnni) {
-  const char* op = "weight_packed_linear";
-  check_mat1(op, mat1, false);
-  check_weight_side(op, mat1, mat2, false, bias, is_vnni);
-  check_bias(op, bias, mat2.sym_size(0));
-  return linear_out_meta(mat1, mat2, mat1.scalar_type());
-}
-
-std::tuple<at::Tensor, at::Tensor> per_token_quant_int8_cpu(const at::Tensor& A) {
+std::tuple<at::Tensor, at::Tensor> per_token_quant_int8_cpu(bool meta, const at::Tensor& A) {
   const char* op = "per_token_quant_int8_cpu";
-  check_cpu(op, "A", A);
+  if (!meta) check_cpu(op, "A", A);
   check_2d(op, "A", A, "[M, K]");
   const rvvk::DType dt = kernel_dtype(op, "A", A);
+  if (meta) {
+    return {at::empty_symint(A.sym_sizes(), A.options().dtype(at::kChar)),
+            at::empty_symint({A.sym_size(0)}, A.options().dtype(at::kFloat))};
+  }
   at::Tensor x = A;
   const std::int64_t stride = rows_of(x);
   const std::int64_t m = x.size(0), k = x.size(1);
@@ -346,54 +342,33 @@ std::tuple<at::Tensor, at::Tensor> per_token_quant_int8_cpu(const at::Tensor& A)
   return {q, s};
 }
 
-std::tuple<at::Tensor, at::Tensor> per_token_quant_int8_cpu_meta(const at::Tensor& A) {
-  const char* op = "per_token_quant_int8_cpu";
-  check_2d(op, "A", A, "[M, K]");
-  kernel_dtype(op, "A", A);
-  return {at::empty_symint(A.sym_sizes(), A.options().dtype(at::kChar)),
-          at::empty_symint({A.sym_size(0)}, A.options().dtype(at::kFloat))};
-}
-
-at::Tensor int8_scaled_mm_cpu(const at::Tensor& mat1, const at::Tensor& mat2,
+at::Tensor int8_scaled_mm_cpu(bool meta, const at::Tensor& mat1, const at::Tensor& mat2,
                               const at::Tensor& scales1, const at::Tensor& scales2,
                               const std::optional<at::Tensor>& bias, at::ScalarType out_dtype,
                               bool is_vnni) {
   const char* op = "int8_scaled_mm_cpu";
-  check_all_cpu(op, {{"mat1", &mat1}, {"mat2", &mat2}, {"scales1", &scales1}, {"scales2", &scales2}},
-                bias);
+  if (!meta) {
+    check_all_cpu(op, {{"mat1", &mat1}, {"mat2", &mat2}, {"scales1", &scales1},
+                       {"scales2", &scales2}}, bias);
+  }
   check_int8_mm(op, mat1, mat2, &scales1, scales2, bias, out_dtype, is_vnni);
+  if (meta) return linear_out_meta(mat1, mat2, out_dtype);
   at::Tensor a = mat1;
   const std::int64_t stride = rows_of(a);
   return int8_mm(op, a, stride, scales1.contiguous(), mat2, scales2, bias, out_dtype, is_vnni);
 }
 
-at::Tensor int8_scaled_mm_cpu_meta(const at::Tensor& mat1, const at::Tensor& mat2,
-                                   const at::Tensor& scales1, const at::Tensor& scales2,
-                                   const std::optional<at::Tensor>& bias,
-                                   at::ScalarType out_dtype, bool is_vnni) {
-  check_int8_mm("int8_scaled_mm_cpu", mat1, mat2, &scales1, scales2, bias, out_dtype, is_vnni);
-  return linear_out_meta(mat1, mat2, out_dtype);
-}
-
-at::Tensor int8_scaled_mm_with_quant(const at::Tensor& mat1, const at::Tensor& mat2,
+at::Tensor int8_scaled_mm_with_quant(bool meta, const at::Tensor& mat1, const at::Tensor& mat2,
                                      const at::Tensor& scales2,
                                      const std::optional<at::Tensor>& bias,
                                      at::ScalarType out_dtype, bool is_vnni) {
   const char* op = "int8_scaled_mm_with_quant";
-  check_all_cpu(op, {{"mat1", &mat1}, {"mat2", &mat2}, {"scales2", &scales2}}, bias);
+  if (!meta) check_all_cpu(op, {{"mat1", &mat1}, {"mat2", &mat2}, {"scales2", &scales2}}, bias);
   // Everything is checked before quantising, so bad arguments fail fast.
   check_int8_mm(op, mat1, mat2, nullptr, scales2, bias, out_dtype, is_vnni);
-  auto [q, s] = per_token_quant_int8_cpu(mat1);
+  if (meta) return linear_out_meta(mat1, mat2, out_dtype);
+  auto [q, s] = per_token_quant_int8_cpu(false, mat1);
   return int8_mm(op, q, mat1.size(1), s, mat2, scales2, bias, out_dtype, is_vnni);
-}
-
-at::Tensor int8_scaled_mm_with_quant_meta(const at::Tensor& mat1, const at::Tensor& mat2,
-                                          const at::Tensor& scales2,
-                                          const std::optional<at::Tensor>& bias,
-                                          at::ScalarType out_dtype, bool is_vnni) {
-  check_int8_mm("int8_scaled_mm_with_quant", mat1, mat2, nullptr, scales2, bias, out_dtype,
-                is_vnni);
-  return linear_out_meta(mat1, mat2, out_dtype);
 }
 
 }  // namespace rvv_ops

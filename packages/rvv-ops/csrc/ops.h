@@ -18,13 +18,29 @@ class OperatorHandle;
 
 namespace rvv_ops {
 
-// For each sgl_kernel op: `<name>_fn` (its C++ function type), the CPU kernel `<name>` and
-// the Meta kernel `<name>_meta` (the checks that need only shapes and dtypes, then empty
-// outputs; fake tensors and torch.compile tracing run it).
+// Each sgl_kernel op has one C++ entry point, `name(bool meta, <the op's arguments>)`:
+// with meta = false it is the CPU kernel; with meta = true the Meta kernel (fake tensors,
+// torch.compile tracing), which runs the checks that need only shapes and dtypes and
+// returns empty outputs. Kernel<name_fn> adapts it to the op's own signature for
+// register.cpp: Kernel<F>::cpu<&name> and Kernel<F>::meta<&name>.
+template <class Fn>
+struct Kernel;
+template <class R, class... Args>
+struct Kernel<R(Args...)> {
+  using Entry = R(bool meta, Args...);
+  template <Entry* entry>
+  static R cpu(Args... args) {
+    return entry(false, args...);
+  }
+  template <Entry* entry>
+  static R meta(Args... args) {
+    return entry(true, args...);
+  }
+};
+
 #define SGL_KERNEL_OP(name, schema, ...) \
   using name##_fn = __VA_ARGS__;         \
-  name##_fn name;                        \
-  name##_fn name##_meta;
+  Kernel<name##_fn>::Entry name;
 #define RVV_OPS_OP(name, schema, ...) \
   using name##_fn = __VA_ARGS__;      \
   name##_fn name;

@@ -28,12 +28,14 @@ TORCH_LIBRARY_FRAGMENT(sgl_kernel, m) {
 }
 
 TORCH_LIBRARY_IMPL(sgl_kernel, CPU, m) {
-#define SGL_KERNEL_OP(name, schema, ...) m.impl(#name, &rvv_ops::name);
+#define SGL_KERNEL_OP(name, schema, ...) \
+  m.impl(#name, &rvv_ops::Kernel<rvv_ops::name##_fn>::cpu<&rvv_ops::name>);
 #include "ops.def"
 }
 
 TORCH_LIBRARY_IMPL(sgl_kernel, Meta, m) {
-#define SGL_KERNEL_OP(name, schema, ...) m.impl(#name, &rvv_ops::name##_meta);
+#define SGL_KERNEL_OP(name, schema, ...) \
+  m.impl(#name, &rvv_ops::Kernel<rvv_ops::name##_fn>::meta<&rvv_ops::name>);
 #include "ops.def"
 }
 

@@ -30,11 +30,14 @@ rvvk::DType check_fused_args(const char* op, const at::Tensor& input, const at::
 }
 
 // `weight_offset`: the kernels scale by (weight + weight_offset); 1 for Gemma.
-at::Tensor rmsnorm_impl(const char* op, const at::Tensor& input, const at::Tensor& weight,
-                        double eps, float weight_offset) {
-  check_cpu(op, "input", input);
-  check_cpu(op, "weight", weight);
+at::Tensor rmsnorm_impl(bool meta, const char* op, const at::Tensor& input,
+                        const at::Tensor& weight, double eps, float weight_offset) {
+  if (!meta) {
+    check_cpu(op, "input", input);
+    check_cpu(op, "weight", weight);
+  }
   const rvvk::DType dtype = check_rmsnorm_args(op, input, weight, eps);
+  if (meta) return at::empty_symint(input.sym_sizes(), input.options());
   check_last_dim_contiguous(op, "input", input);
   check_contiguous(op, "weight", weight);
 
@@ -50,12 +53,15 @@ at::Tensor rmsnorm_impl(const char* op, const at::Tensor& input, const at::Tenso
   return out;
 }
 
-void fused_add_rmsnorm_impl(const char* op, at::Tensor& input, at::Tensor& residual,
+void fused_add_rmsnorm_impl(bool meta, const char* op, at::Tensor& input, at::Tensor& residual,
                             const at::Tensor& weight, double eps, float weight_offset) {
-  check_cpu(op, "input", input);
-  check_cpu(op, "residual", residual);
-  check_cpu(op, "weight", weight);
+  if (!meta) {
+    check_cpu(op, "input", input);
+    check_cpu(op, "residual", residual);
+    check_cpu(op, "weight", weight);
+  }
   const rvvk::DType dtype = check_fused_args(op, input, residual, weight, eps);
+  if (meta) return;
   check_last_dim_contiguous(op, "input", input);
   check_last_dim_contiguous(op, "residual", residual);
   check_contiguous(op, "weight", weight);
@@ -78,49 +84,27 @@ void fused_add_rmsnorm_impl(const char* op, at::Tensor& input, at::Tensor& resid
   });
 }
 
-at::Tensor rmsnorm_meta_impl(const char* op, const at::Tensor& input, const at::Tensor& weight,
-                             double eps) {
-  check_rmsnorm_args(op, input, weight, eps);
-  return at::empty_symint(input.sym_sizes(), input.options());
-}
-
 }  // namespace
 
-at::Tensor rmsnorm_cpu(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  return rmsnorm_impl("rmsnorm_cpu", input, weight, eps, 0.0f);
+at::Tensor rmsnorm_cpu(bool meta, const at::Tensor& input, const at::Tensor& weight,
+                       double eps) {
+  return rmsnorm_impl(meta, "rmsnorm_cpu", input, weight, eps, 0.0f);
 }
 
-void fused_add_rmsnorm_cpu(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
-                           double eps) {
-  fused_add_rmsnorm_impl("fused_add_rmsnorm_cpu", input, residual, weight, eps, 0.0f);
+void fused_add_rmsnorm_cpu(bool meta, at::Tensor& input, at::Tensor& residual,
+                           const at::Tensor& weight, double eps) {
+  fused_add_rmsnorm_impl(meta, "fused_add_rmsnorm_cpu", input, residual, weight, eps, 0.0f);
 }
 
-at::Tensor gemma_rmsnorm_cpu(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  return rmsnorm_impl("gemma_rmsnorm_cpu", input, weight, eps, 1.0f);
+at::Tensor gemma_rmsnorm_cpu(bool meta, const at::Tensor& input, const at::Tensor& weight,
+                             double eps) {
+  return rmsnorm_impl(meta, "gemma_rmsnorm_cpu", input, weight, eps, 1.0f);
 }
 
-void gemma_fused_add_rmsnorm_cpu(at::Tensor& input, at::Tensor& residual,
+void gemma_fused_add_rmsnorm_cpu(bool meta, at::Tensor& input, at::Tensor& residual,
                                  const at::Tensor& weight, double eps) {
-  fused_add_rmsnorm_impl("gemma_fused_add_rmsnorm_cpu", input, residual, weight, eps, 1.0f);
-}
-
-at::Tensor rmsnorm_cpu_meta(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  return rmsnorm_meta_impl("rmsnorm_cpu", input, weight, eps);
-}
-
-void fused_add_rmsnorm_cpu_meta(at::Tensor& input, at::Tensor& residual,
-                                const at::Tensor& weight, double eps) {
-  check_fused_args("fused_add_rmsnorm_cpu", input, residual, weight, eps);
-}
-
-at::Tensor gemma_rmsnorm_cpu_meta(const at::Tensor& input, const at::Tensor& weight,
-                                  double eps) {
-  return rmsnorm_meta_impl("gemma_rmsnorm_cpu", input, weight, eps);
-}
-
-void gemma_fused_add_rmsnorm_cpu_meta(at::Tensor& input, at::Tensor& residual,
-                                      const at::Tensor& weight, double eps) {
-  check_fused_args("gemma_fused_add_rmsnorm_cpu", input, residual, weight, eps);
+  fused_add_rmsnorm_impl(meta, "gemma_fused_add_rmsnorm_cpu", input, residual, weight, eps,
+                         1.0f);
 }
 
 }  // namespace rvv_ops

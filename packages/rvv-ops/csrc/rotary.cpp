@@ -86,17 +86,23 @@ HeadsView heads_view(const char* arg, const at::Tensor& t, std::int64_t head_siz
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor> rotary_embedding_cpu(const at::Tensor& positions,
+std::tuple<at::Tensor, at::Tensor> rotary_embedding_cpu(bool meta, const at::Tensor& positions,
                                                         const at::Tensor& query,
                                                         const at::Tensor& key,
                                                         std::int64_t head_size,
                                                         const at::Tensor& cos_sin_cache,
                                                         bool is_neox) {
-  check_cpu(kOp, "positions", positions);
-  check_cpu(kOp, "query", query);
-  check_cpu(kOp, "key", key);
-  check_cpu(kOp, "cos_sin_cache", cos_sin_cache);
+  if (!meta) {
+    check_cpu(kOp, "positions", positions);
+    check_cpu(kOp, "query", query);
+    check_cpu(kOp, "key", key);
+    check_cpu(kOp, "cos_sin_cache", cos_sin_cache);
+  }
   const rvvk::DType dtype = check_args(positions, query, key, head_size, cos_sin_cache);
+  if (meta) {
+    return {at::empty_symint(query.sym_sizes(), query.options()),
+            at::empty_symint(key.sym_sizes(), key.options())};
+  }
   TORCH_CHECK_VALUE(cos_sin_cache.stride(1) == 1, kOp, ": cos_sin_cache (",
                     describe(cos_sin_cache), ") has a last-dimension stride of ",
                     cos_sin_cache.stride(1), "; expected 1 (call .contiguous() first)");
@@ -151,17 +157,6 @@ std::tuple<at::Tensor, at::Tensor> rotary_embedding_cpu(const at::Tensor& positi
     rvvk::rotary_embedding(ka, begin, end);
   });
   return {query_out, key_out};
-}
-
-std::tuple<at::Tensor, at::Tensor> rotary_embedding_cpu_meta(const at::Tensor& positions,
-                                                             const at::Tensor& query,
-                                                             const at::Tensor& key,
-                                                             std::int64_t head_size,
-                                                             const at::Tensor& cos_sin_cache,
-                                                             bool /*is_neox*/) {
-  check_args(positions, query, key, head_size, cos_sin_cache);
-  return {at::empty_symint(query.sym_sizes(), query.options()),
-          at::empty_symint(key.sym_sizes(), key.options())};
 }
 
 }  // namespace rvv_ops

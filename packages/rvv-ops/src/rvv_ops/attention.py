@@ -26,11 +26,23 @@ Semantics shared by every op (SGLang's data model):
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
 UNSUPPORTED = "rvv_ops: unsupported: "
 """Prefix of the NotImplementedError messages for features the kernels do not have."""
+
+# SGLang's arguments the wrappers do not expose: features the kernels do not have.
+_NOT_EXPOSED = {"is_cross_attention": False, "encoder_lens": None, "tree_mask": None}
+
+
+def _call(op: Any, args: dict[str, Any]) -> None:
+    """Calls `op` with its schema's arguments taken by name from `args` (a wrapper's
+    parameters, which carry the schema's names, plus the renamed ones), else from
+    _NOT_EXPOSED."""
+    op(*[args[a.name] if a.name in args else _NOT_EXPOSED[a.name] for a in op._schema.arguments])
 
 
 def decode_attention(
@@ -67,26 +79,9 @@ def decode_attention(
     int32 or int64. ``k_scale`` / ``v_scale`` (> 0) apply to fp8 caches only.
     Results do not depend on the number of threads.
     """
-    torch.ops.sgl_kernel.decode_attention_cpu.default(
-        query,
-        k_cache,
-        v_cache,
-        k_scale,
-        v_scale,
-        output,
-        key,
-        value,
-        loc,
-        attn_logits,
-        req_to_token,
-        req_pool_indices,
-        seq_lens,
-        sm_scale,
-        logit_cap,
-        False,
-        window,
-        None,
-        sinks,
+    _call(
+        torch.ops.sgl_kernel.decode_attention_cpu.default,
+        {**locals(), "sliding_window_size": window},
     )
 
 
@@ -121,26 +116,9 @@ def decode_attention_int8(
     ``clamp(round_half_even(x / scale), -127, 127)``, a zero row gets scale 0 - and written
     with their scales at rows ``loc`` before attending.
     """
-    torch.ops.sgl_kernel.decode_attention_int8_cpu.default(
-        query,
-        k_cache,
-        v_cache,
-        k_scale_buf,
-        v_scale_buf,
-        output,
-        key,
-        value,
-        loc,
-        attn_logits,
-        req_to_token,
-        req_pool_indices,
-        seq_lens,
-        sm_scale,
-        logit_cap,
-        False,
-        window,
-        None,
-        sinks,
+    _call(
+        torch.ops.sgl_kernel.decode_attention_int8_cpu.default,
+        {**locals(), "sliding_window_size": window},
     )
 
 
@@ -186,29 +164,14 @@ def extend_attention(
     query's dtype. ``max_len_extend`` (default: computed) must be at least
     ``max(extend_seq_lens)``.
     """
-    torch.ops.sgl_kernel.extend_attention_cpu.default(
-        q_extend,
-        k_extend,
-        v_extend,
-        o_extend,
-        k_buffer,
-        v_buffer,
-        k_scale,
-        v_scale,
-        req_to_token,
-        req_pool_indices,
-        seq_lens,
-        extend_seq_lens,
-        extend_start_loc,
-        _max_extend(extend_seq_lens, max_len_extend),
-        sm_scale,
-        logit_cap,
-        False,
-        window,
-        None,
-        sinks,
-        None,
-        causal,
+    _call(
+        torch.ops.sgl_kernel.extend_attention_cpu.default,
+        {
+            **locals(),
+            "sliding_window_size": window,
+            "is_causal": causal,
+            "max_len_extend": _max_extend(extend_seq_lens, max_len_extend),
+        },
     )
 
 
@@ -244,28 +207,12 @@ def extend_attention_int8(
     ``out_cache_loc [N]`` (int32 or int64) of the caches; the attention then uses them as
     given (unquantised) for the new tokens and the INT8 cache for the prefix.
     """
-    torch.ops.sgl_kernel.extend_attention_int8_cpu.default(
-        q_extend,
-        k_extend,
-        v_extend,
-        o_extend,
-        k_buffer,
-        v_buffer,
-        k_scale_buf,
-        v_scale_buf,
-        out_cache_loc,
-        req_to_token,
-        req_pool_indices,
-        seq_lens,
-        extend_seq_lens,
-        extend_start_loc,
-        _max_extend(extend_seq_lens, max_len_extend),
-        sm_scale,
-        logit_cap,
-        False,
-        window,
-        None,
-        sinks,
-        None,
-        causal,
+    _call(
+        torch.ops.sgl_kernel.extend_attention_int8_cpu.default,
+        {
+            **locals(),
+            "sliding_window_size": window,
+            "is_causal": causal,
+            "max_len_extend": _max_extend(extend_seq_lens, max_len_extend),
+        },
     )
