@@ -29,65 +29,149 @@
 namespace rvv_ops {
 namespace {
 
+using attn::check_dims;
+using attn::check_index;
 using attn::check_range;
 using attn::check_scalar;
 using attn::check_size;
 using attn::check_supported;
-using attn::check_tensor;
 using attn::index_vector;
 using attn::Named;
 
-// The shape of a layer's KV cache, checked against the query.
+// --------------------------------------------------------------------------------------
+// Checks that need only devices, dtypes, shapes and scalars: the CPU kernels and the Meta
+// kernels run these. Sizes are SymInts (fake tensors may have symbolic shapes).
+
+// The tensors every attention op has, checked the same way: the queries (`rows` of
+// them: "batch" for decode, "tokens" for extend) with num_heads x head_dim, the two
+// caches (and, for INT8, their scale buffers; else the per-tensor scales), the output,
+// and the new K/V (both or neither), each against the others' sizes. `names` are the
+// op's argument names, for the messages.
+struct IoNames {
+  const char *q, *rows, *k_cache, *v_cache, *out, *k_new, *v_new;
+  const char* neither;  // what passing neither new K nor V means
+};
+void check_io(const char* op, const IoNames& n, const at::Tensor& q, const at::Tensor& k_cache,
+              const at::Tensor& v_cache, double k_scale, double v_scale,
+              const at::Tensor* k_scales, const at::Tensor* v_scales, const at::Tensor& out,
+              const std::optional<at::Tensor>& k_new, const std::optional<at::Tensor>& v_new) {
+  const std::string rows = n.rows;
+  const std::string from_q = rows + ", from " + n.q;
+  const auto on_q = [&](const char* arg, const at::Tensor& t, std::int64_t dims,
+                        const std::string& layout) {
+    check_dims(op, arg, t, dims, layout, n.q, q);
+  };
+  on_q(n.q, q, 3, "[" + rows + ", num_heads, head_dim]");
+  kernel_dtype(op, n.q, q);
+  const c10::SymInt batch = q.sym_size(0), heads = q.sym_size(1), dim = q.sym_size(2);
+  TORCH_CHECK_VALUE(heads >= 1 && dim >= 1, op, ": ", n.q, " has shape ", q.sym_sizes(),
+                    "; expected num_heads >= 1 and head_dim >= 1");
+
+  // k_cache [T, Hkv, D] and v_cache [T, Hkv, Dv].
+  on_q(n.k_cache, k_cache, 3, "[tokens, kv_heads, head_dim]");
+  on_q(n.v_cache, v_cache, 3, "[tokens, kv_heads, head_dim_v]");
+  attn::cache_dtype(op, n.k_cache, k_cache, q, k_scales != nullptr);
+  check_same_dtype(op, n.v_cache, v_cache, n.k_cache, k_cache);
+  const c10::SymInt tokens = k_cache.sym_size(0), kv_heads = k_cache.sym_size(1);
+  check_size(op, n.k_cache, k_cache, 2, dim, std::string("head_dim, from ") + n.q);
+  TORCH_CHECK_VALUE(kv_heads >= 1 && heads % kv_heads == 0, op, ": ", n.k_cache, " has shape ",
+                    k_cache.sym_sizes(), ": ", kv_heads, " KV heads; expected a number >= 1 "
+                    "that divides the ", heads, " query heads of ", n.q);
+  check_size(op, n.v_cache, v_cache, 0, tokens, std::string("tokens, from ") + n.k_cache);
+  check_size(op, n.v_cache, v_cache, 1, kv_heads, std::string("kv_heads, from ") + n.k_cache);
+  const c10::SymInt dim_v = v_cache.sym_size(2);
+  TORCH_CHECK_VALUE(dim_v >= 1, op, ": ", n.v_cache, " has shape ", v_cache.sym_sizes(),
+                    "; expected a head_dim_v >= 1");
+  if (k_scales != nullptr) {
+    // k_scale_buf / v_scale_buf [T, Hkv] fp32: the INT8 caches' per-token, per-head scales.
+    for (const auto& [arg, t] : {std::pair<const char*, const at::Tensor*>{"k_scale_buf", k_scales},
+                                {"v_scale_buf", v_scales}}) {
+      on_q(arg, *t, 2, "[tokens, kv_heads]");
+      TORCH_CHECK_TYPE(t->scalar_type() == at::kFloat, op, ": ", arg, " has dtype ",
+                       dtype_name(t->scalar_type()), "; expected torch.float32");
+      check_size(op, arg, *t, 0, tokens, "tokens, from the KV cache");
+      check_size(op, arg, *t, 1, kv_heads, "kv_heads, from the KV cache");
+    }
+  } else {
+    check_scalar(op, "k_scale", k_scale, true, false);
+    check_scalar(op, "v_scale", v_scale, true, false);
+  }
+
+  on_q(n.out, out, 3, "[" + rows + ", num_heads, head_dim_v]");
+  check_same_dtype(op, n.out, out, n.q, q);
+  check_size(op, n.out, out, 0, batch, from_q);
+  check_size(op, n.out, out, 1, heads, std::string("num_heads, from ") + n.q);
+  check_size(op, n.out, out, 2, dim_v, std::string("head_dim_v, from ") + n.v_cache);
+
+  TORCH_CHECK_VALUE(k_new.has_value() == v_new.has_value(), op, ": ", n.k_new, " is ",
+                    k_new.has_value() ? "a tensor" : "None", " but ", n.v_new, " is ",
+                    v_new.has_value() ? "a tensor" : "None", "; expected both", n.neither);
+  if (k_new.has_value()) {
+    const auto new_rows = [&](const char* arg, const at::Tensor& t, const char* cache,
+                              const c10::SymInt& d, const char* dim_name, const char* dim_from) {
+      on_q(arg, t, 3, "[" + rows + ", num_kv_heads, " + dim_name + "]");
+      check_same_dtype(op, arg, t, n.q, q);
+      check_size(op, arg, t, 0, batch, from_q);
+      check_size(op, arg, t, 1, kv_heads, std::string("num_kv_heads, from ") + cache);
+      check_size(op, arg, t, 2, d, std::string(dim_name) + ", from " + dim_from);
+    };
+    new_rows(n.k_new, *k_new, n.k_cache, dim, "head_dim", n.q);
+    new_rows(n.v_new, *v_new, n.v_cache, dim_v, "head_dim_v", n.v_cache);
+  }
+}
+
+void check_scalars(const char* op, double sm_scale, double logit_cap, std::int64_t window) {
+  check_scalar(op, "sm_scale", sm_scale, false, false);
+  check_scalar(op, "logit_cap", logit_cap, false, true);
+  TORCH_CHECK_VALUE(window >= 0, op, ": sliding_window_size is ", window,
+                    "; expected >= 0 (0: no window; W + 1 attends to the last W + 1 keys, "
+                    "as SGLang passes layer.sliding_window_size + 1)");
+}
+
+
+
+// --------------------------------------------------------------------------------------
+// CPU-only checks and helpers
+
+// The shape of a layer's KV cache (after check_io).
 struct CacheShape {
   rvvk::DType dtype = rvvk::DType::kF32;
   std::int64_t tokens = 0, kv_heads = 0, head_dim = 0, head_dim_v = 0;
 };
 
-// k_cache [T, Hkv, D] and v_cache [T, Hkv, Dv] for a query [..., Hq, D].
-CacheShape check_caches(const char* op, const char* q_arg, const at::Tensor& query,
-                        const char* k_arg, const at::Tensor& k_cache, const char* v_arg,
-                        const at::Tensor& v_cache, bool int8) {
+// The layout checks of check_io's tensors; returns the caches' shape and the scale buffers'
+// common token stride (INT8 only: the kernels take one for both).
+std::pair<CacheShape, std::int64_t> check_io_layout(
+    const char* op, const IoNames& n, const at::Tensor& q, const at::Tensor& k_cache,
+    const at::Tensor& v_cache, const at::Tensor* k_scales, const at::Tensor* v_scales,
+    const at::Tensor& out, const std::optional<at::Tensor>& k_new,
+    const std::optional<at::Tensor>& v_new) {
+  attn::check_last_dim(op, n.q, q);
+  attn::check_last_dim(op, n.k_cache, k_cache);
+  attn::check_last_dim(op, n.v_cache, v_cache);
   CacheShape c;
-  check_tensor(op, k_arg, k_cache, 3, "[tokens, kv_heads, head_dim]");
-  check_tensor(op, v_arg, v_cache, 3, "[tokens, kv_heads, head_dim_v]");
-  c.dtype = attn::cache_dtype(op, k_arg, k_cache, query, int8);
-  TORCH_CHECK_TYPE(v_cache.scalar_type() == k_cache.scalar_type(), op, ": ", v_arg,
-                   " has dtype ", attn::type_name(v_cache.scalar_type()), "; expected ", k_arg,
-                   "'s dtype ", attn::type_name(k_cache.scalar_type()));
+  c.dtype = attn::cache_dtype(op, n.k_cache, k_cache, q, k_scales != nullptr);
   c.tokens = k_cache.size(0);
   c.kv_heads = k_cache.size(1);
-  c.head_dim = query.size(2);
-  const std::int64_t heads = query.size(1);
-  check_size(op, k_arg, k_cache, 2, c.head_dim, std::string("head_dim, from ") + q_arg);
-  TORCH_CHECK_VALUE(c.kv_heads >= 1 && heads % c.kv_heads == 0, op, ": ", k_arg,
-                    " has shape ", k_cache.sizes(), ": ", c.kv_heads, " KV heads; expected a "
-                    "number >= 1 that divides the ", heads, " query heads of ", q_arg);
-  check_size(op, v_arg, v_cache, 0, c.tokens, std::string("tokens, from ") + k_arg);
-  check_size(op, v_arg, v_cache, 1, c.kv_heads, std::string("kv_heads, from ") + k_arg);
+  c.head_dim = q.size(2);
   c.head_dim_v = v_cache.size(2);
-  TORCH_CHECK_VALUE(c.head_dim_v >= 1, op, ": ", v_arg, " has shape ", v_cache.sizes(),
-                    "; expected a head_dim_v >= 1");
-  return c;
-}
-
-// k_scale_buf / v_scale_buf [T, Hkv] fp32: the INT8 caches' per-token, per-head scales.
-// Returns their common token stride (the kernels take one for both).
-std::int64_t check_scale_bufs(const char* op, const at::Tensor& k_scales,
-                              const at::Tensor& v_scales, const CacheShape& c) {
-  for (const auto& [arg, t] : {std::pair<const char*, const at::Tensor*>{"k_scale_buf", &k_scales},
-                              {"v_scale_buf", &v_scales}}) {
-    check_tensor(op, arg, *t, 2, "[tokens, kv_heads]");
-    TORCH_CHECK_TYPE(t->scalar_type() == at::kFloat, op, ": ", arg, " has dtype ",
-                     attn::type_name(t->scalar_type()), "; expected torch.float32");
-    check_size(op, arg, *t, 0, c.tokens, "tokens, from the KV cache");
-    check_size(op, arg, *t, 1, c.kv_heads, "kv_heads, from the KV cache");
+  std::int64_t scales_stride = 0;
+  if (k_scales != nullptr) {
+    attn::check_last_dim(op, "k_scale_buf", *k_scales);
+    attn::check_last_dim(op, "v_scale_buf", *v_scales);
+    scales_stride = c.tokens > 1 ? k_scales->stride(0) : c.kv_heads;
+    TORCH_CHECK_VALUE(c.tokens <= 1 || v_scales->stride(0) == scales_stride, op,
+                      ": k_scale_buf and v_scale_buf have token strides ", k_scales->stride(0),
+                      " and ", v_scales->stride(0), "; expected equal strides (the kernels "
+                      "take one; e.g. two contiguous [tokens, kv_heads] tensors)");
   }
-  const std::int64_t stride = c.tokens > 1 ? k_scales.stride(0) : c.kv_heads;
-  TORCH_CHECK_VALUE(c.tokens <= 1 || v_scales.stride(0) == stride, op,
-                    ": k_scale_buf and v_scale_buf have token strides ", k_scales.stride(0),
-                    " and ", v_scales.stride(0), "; expected equal strides (the kernels take "
-                    "one; e.g. two contiguous [tokens, kv_heads] tensors)");
-  return stride;
+  attn::check_last_dim(op, n.out, out);
+  attn::check_no_internal_overlap(op, n.out, out);
+  if (k_new.has_value()) {
+    attn::check_last_dim(op, n.k_new, *k_new);
+    attn::check_last_dim(op, n.v_new, *v_new);
+  }
+  return {c, scales_stride};
 }
 
 rvvk::KvCache make_cache(const CacheShape& c, const at::Tensor& k_cache,
@@ -116,14 +200,6 @@ rvvk::KvCache make_cache(const CacheShape& c, const at::Tensor& k_cache,
   kv.req_to_token_int64 = table.int64;
   kv.req_to_token_stride = table.stride;
   return kv;
-}
-
-void check_scalars(const char* op, double sm_scale, double logit_cap, std::int64_t window) {
-  check_scalar(op, "sm_scale", sm_scale, false, false);
-  check_scalar(op, "logit_cap", logit_cap, false, true);
-  TORCH_CHECK_VALUE(window >= 0, op, ": sliding_window_size is ", window,
-                    "; expected >= 0 (0: no window; W + 1 attends to the last W + 1 keys, "
-                    "as SGLang passes layer.sliding_window_size + 1)");
 }
 
 // cache[rows[i], h, :] = src[i, h, :] for i < src.size(0) and every head; same dtype.
@@ -197,73 +273,6 @@ void quantize_rows(const at::Tensor& cache, const at::Tensor& scales, const at::
   }
 }
 
-// The tensors every attention op has, checked the same way: the queries (`rows` of
-// them: "batch" for decode, "tokens" for extend) with num_heads x head_dim, the two
-// caches (and, for INT8, their scale buffers; else the per-tensor scales), the output,
-// and the new K/V (both or neither), each against the others' sizes. `names` are the
-// op's argument names, for the messages.
-struct IoNames {
-  const char *q, *rows, *k_cache, *v_cache, *out, *k_new, *v_new;
-  const char* neither;  // what passing neither new K nor V means
-};
-struct Io {
-  rvvk::DType dtype = rvvk::DType::kF32;  // of q, out and the new K/V
-  std::int64_t rows = 0, heads = 0;
-  CacheShape c;
-  std::int64_t scales_stride = 0;  // INT8 only
-  bool new_kv = false;             // the new K/V were given
-};
-Io check_io(const char* op, const IoNames& n, const at::Tensor& q, const at::Tensor& k_cache,
-            const at::Tensor& v_cache, double k_scale, double v_scale,
-            const at::Tensor* k_scales, const at::Tensor* v_scales, const at::Tensor& out,
-            const std::optional<at::Tensor>& k_new, const std::optional<at::Tensor>& v_new) {
-  const std::string rows = n.rows;
-  const std::string from_q = rows + ", from " + n.q;
-  check_tensor(op, n.q, q, 3, ("[" + rows + ", num_heads, head_dim]").c_str());
-  Io io;
-  io.dtype = kernel_dtype(op, n.q, q);
-  io.rows = q.size(0);
-  io.heads = q.size(1);
-  TORCH_CHECK_VALUE(io.heads >= 1 && q.size(2) >= 1, op, ": ", n.q, " has shape ", q.sizes(),
-                    "; expected num_heads >= 1 and head_dim >= 1");
-  io.c = check_caches(op, n.q, q, n.k_cache, k_cache, n.v_cache, v_cache, k_scales != nullptr);
-  const CacheShape& c = io.c;
-  if (k_scales != nullptr) {
-    io.scales_stride = check_scale_bufs(op, *k_scales, *v_scales, c);
-  } else {
-    check_scalar(op, "k_scale", k_scale, true, false);
-    check_scalar(op, "v_scale", v_scale, true, false);
-  }
-
-  check_tensor(op, n.out, out, 3, ("[" + rows + ", num_heads, head_dim_v]").c_str());
-  check_same_dtype(op, n.out, out, n.q, q);
-  check_size(op, n.out, out, 0, io.rows, from_q);
-  check_size(op, n.out, out, 1, io.heads, std::string("num_heads, from ") + n.q);
-  check_size(op, n.out, out, 2, c.head_dim_v, std::string("head_dim_v, from ") + n.v_cache);
-  attn::check_no_internal_overlap(op, n.out, out);
-
-  TORCH_CHECK_VALUE(k_new.has_value() == v_new.has_value(), op, ": ", n.k_new, " is ",
-                    k_new.has_value() ? "a tensor" : "None", " but ", n.v_new, " is ",
-                    v_new.has_value() ? "a tensor" : "None", "; expected both", n.neither);
-  io.new_kv = k_new.has_value();
-  if (io.new_kv) {
-    const auto new_rows = [&](const char* arg, const at::Tensor& t, const char* cache,
-                              std::int64_t dim, const char* dim_name, const char* dim_from) {
-      check_tensor(op, arg, t, 3, ("[" + rows + ", num_kv_heads, " + dim_name + "]").c_str());
-      check_same_dtype(op, arg, t, n.q, q);
-      check_size(op, arg, t, 0, io.rows, from_q);
-      check_size(op, arg, t, 1, c.kv_heads, std::string("num_kv_heads, from ") + cache);
-      check_size(op, arg, t, 2, dim, std::string(dim_name) + ", from " + dim_from);
-    };
-    new_rows(n.k_new, *k_new, n.k_cache, c.head_dim, "head_dim", n.q);
-    new_rows(n.v_new, *v_new, n.v_cache, c.head_dim_v, "head_dim_v", n.v_cache);
-  }
-  return io;
-}
-
-// --------------------------------------------------------------------------------------
-// Decode
-
 // Runs fn(begin, end) over [0, tasks) in chunks of `chunk` tasks, handed out to
 // at::parallel_for's threads one chunk at a time as they take them (not in equal static
 // ranges: a thread slowed by other work, or by its rows' place in memory, takes fewer).
@@ -281,7 +290,10 @@ void run_as_taken(std::int64_t tasks, std::int64_t chunk, Fn&& fn) {
   });
 }
 
-void decode_impl(const char* op, const at::Tensor& query, const at::Tensor& k_cache,
+// --------------------------------------------------------------------------------------
+// Decode
+
+void decode_impl(bool meta, const char* op, const at::Tensor& query, const at::Tensor& k_cache,
                  const at::Tensor& v_cache, double k_scale, double v_scale,
                  const at::Tensor* k_scales, const at::Tensor* v_scales,
                  const at::Tensor& output, const std::optional<at::Tensor>& key,
@@ -292,65 +304,75 @@ void decode_impl(const char* op, const at::Tensor& query, const at::Tensor& k_ca
                  std::int64_t window, const std::optional<at::Tensor>& encoder_lens,
                  const std::optional<at::Tensor>& sinks) {
   const bool int8 = k_scales != nullptr;
-  check_supported(op, !is_cross_attention, "cross-attention", "is_cross_attention=True");
-  check_supported(op, !encoder_lens.has_value(), "cross-attention",
-                  "encoder_lens is not None (encoder-decoder model)");
+  // The new token's K/V given (check_io: both or neither): written into the caches.
+  const bool write = key.has_value();
+  const at::Tensor none;
+  const at::Tensor* no = nullptr;
+  const std::vector<Named> tensors = {{"output", &output, true},
+                                      {"attn_logits", &attn_logits, true},
+                                      {"k_cache", &k_cache, write},
+                                      {"v_cache", &v_cache, write},
+                                      {"k_scale_buf", int8 ? k_scales : no, write},
+                                      {"v_scale_buf", int8 ? v_scales : no, write},
+                                      {"query", &query, false},
+                                      {"key", key ? &*key : &none, false},
+                                      {"value", value ? &*value : &none, false},
+                                      {"loc", &loc, false},
+                                      {"req_to_token", &req_to_token, false},
+                                      {"req_pool_indices", &req_pool_indices, false},
+                                      {"seq_lens", &seq_lens, false},
+                                      {"sinks", sinks ? &*sinks : &none, false}};
+  if (!meta) attn::check_all_cpu(op, tensors);
+  {  // The checks that need only devices, dtypes, shapes (SymInts) and scalars.
+    check_supported(op, !is_cross_attention, "cross-attention", "is_cross_attention=True");
+    check_supported(op, !encoder_lens.has_value(), "cross-attention",
+                    "encoder_lens is not None (encoder-decoder model)");
+    check_io(op,
+             {"query", "batch", "k_cache", "v_cache", "output", "key", "value",
+              " (the new token's K/V, written at loc) or neither (already in the cache)"},
+             query, k_cache, v_cache, k_scale, v_scale, k_scales, v_scales, output, key, value);
+    const c10::SymInt batch = query.sym_size(0), heads = query.sym_size(1);
+    const c10::SymInt dim_v = v_cache.sym_size(2);
+    check_index(op, "loc", loc, batch, "batch, from query", "query", query);
+    check_same_device(op, "attn_logits", attn_logits, "query", query);
+    TORCH_CHECK_TYPE(attn_logits.scalar_type() == at::kFloat, op, ": attn_logits has dtype ",
+                     dtype_name(attn_logits.scalar_type()), "; expected torch.float32");
+    TORCH_CHECK_VALUE(attn_logits.dim() == 4 && attn_logits.sym_size(0) == batch &&
+                          attn_logits.sym_size(1) == heads && attn_logits.sym_size(2) >= 1 &&
+                          attn_logits.sym_size(3) == dim_v + 1,
+                      op, ": attn_logits has shape ", attn_logits.sym_sizes(), "; expected [",
+                      batch, ", ", heads, ", num_kv_splits >= 1, ", dim_v + 1,
+                      "] = [batch, num_heads, num_kv_splits, head_dim_v + 1]");
+    attn::check_table(op, req_to_token, "query", query);
+    check_index(op, "req_pool_indices", req_pool_indices, batch, "batch, from query", "query",
+                query);
+    check_index(op, "seq_lens", seq_lens, batch, "batch, from query", "query", query);
+    check_scalars(op, sm_scale, logit_cap, window);
+    attn::check_sinks(op, sinks, heads, "query", query);
+  }
+  if (meta) return;
 
-  const Io io = check_io(op,
-                         {"query", "batch", "k_cache", "v_cache", "output", "key", "value",
-                          " (the new token's K/V, written at loc) or neither (already in the "
-                          "cache)"},
-                         query, k_cache, v_cache, k_scale, v_scale, k_scales, v_scales, output,
-                         key, value);
-  const rvvk::DType q_dtype = io.dtype;
-  const std::int64_t batch = io.rows, heads = io.heads;
-  const CacheShape& c = io.c;
-  const std::int64_t scales_stride = io.scales_stride;
-  const bool write = io.new_kv;
+  const auto layout =
+      check_io_layout(op, {"query", "batch", "k_cache", "v_cache", "output", "key", "value", ""},
+                      query, k_cache, v_cache, k_scales, v_scales, output, key, value);
+  const CacheShape& c = layout.first;
+  const std::int64_t scales_stride = layout.second;
+  const rvvk::DType q_dtype = kernel_dtype(op, "query", query);
+  const std::int64_t batch = query.size(0), heads = query.size(1);
   if (write) {
     attn::check_no_internal_overlap(op, "k_cache", k_cache);
     attn::check_no_internal_overlap(op, "v_cache", v_cache);
   }
-  const at::Tensor loc64 = index_vector(op, "loc", loc, batch, "batch, from query");
-
-  check_cpu(op, "attn_logits", attn_logits);
-  TORCH_CHECK_TYPE(attn_logits.scalar_type() == at::kFloat, op, ": attn_logits has dtype ",
-                   attn::type_name(attn_logits.scalar_type()), "; expected torch.float32");
-  TORCH_CHECK_VALUE(attn_logits.dim() == 4 && attn_logits.size(0) == batch &&
-                        attn_logits.size(1) == heads && attn_logits.size(2) >= 1 &&
-                        attn_logits.size(3) == c.head_dim_v + 1,
-                    op, ": attn_logits has shape ", attn_logits.sizes(), "; expected [", batch,
-                    ", ", heads, ", num_kv_splits >= 1, ", c.head_dim_v + 1,
-                    "] = [batch, num_heads, num_kv_splits, head_dim_v + 1]");
   TORCH_CHECK_VALUE(attn_logits.is_contiguous(), op, ": attn_logits (", describe(attn_logits),
                     ") is not contiguous; expected a contiguous scratch tensor");
   const std::int64_t splits = attn_logits.size(2);
-
   const attn::TokenTable table = attn::token_table(op, req_to_token);
-  const at::Tensor rpi = index_vector(op, "req_pool_indices", req_pool_indices, batch,
-                                      "batch, from query");
-  const at::Tensor lens = index_vector(op, "seq_lens", seq_lens, batch, "batch, from query");
-  check_scalars(op, sm_scale, logit_cap, window);
-  const std::optional<at::Tensor> sinks32 = attn::sinks_f32(op, sinks, heads);
-
-  const at::Tensor none;
-  const at::Tensor* no = nullptr;
+  const at::Tensor loc64 = index_vector(loc);
+  const at::Tensor rpi = index_vector(req_pool_indices);
+  const at::Tensor lens = index_vector(seq_lens);
+  const std::optional<at::Tensor> sinks32 = attn::sinks_f32(sinks);
   attn::check_no_shared_memory(
-      op,
-      {{"output", &output, true},
-       {"attn_logits", &attn_logits, true},
-       {"k_cache", &k_cache, write},
-       {"v_cache", &v_cache, write},
-       {"k_scale_buf", int8 ? k_scales : no, write},
-       {"v_scale_buf", int8 ? v_scales : no, write},
-       {"query", &query, false},
-       {"key", write ? &*key : &none, false},
-       {"value", write ? &*value : &none, false},
-       {"loc", &loc, false},
-       {"req_to_token", &req_to_token, false},
-       {"req_pool_indices", &req_pool_indices, false},
-       {"seq_lens", &seq_lens, false},
-       {"sinks", sinks ? &*sinks : &none, false}},
+      op, tensors,
       // MLA pools keep V as a view of K's first head_dim_v elements (and SGLang passes
       // value = key[..., :head_dim_v]): V is written after K, with the same data.
       int8 ? std::vector<std::pair<const char*, const char*>>{}
@@ -426,7 +448,7 @@ void decode_impl(const char* op, const at::Tensor& query, const at::Tensor& k_ca
 // --------------------------------------------------------------------------------------
 // Extend
 
-void extend_impl(const char* op, const at::Tensor& q_extend,
+void extend_impl(bool meta, const char* op, const at::Tensor& q_extend,
                  const std::optional<at::Tensor>& k_extend,
                  const std::optional<at::Tensor>& v_extend, const at::Tensor& o_extend,
                  const at::Tensor& k_buffer, const at::Tensor& v_buffer, double k_scale,
@@ -440,71 +462,82 @@ void extend_impl(const char* op, const at::Tensor& q_extend,
                  const std::optional<at::Tensor>& sinks,
                  const std::optional<at::Tensor>& tree_mask, bool is_causal) {
   const bool int8 = k_scales != nullptr;
-  check_supported(op, !is_cross_attention, "cross-attention", "is_cross_attention=True");
-  check_supported(op, !encoder_lens.has_value(), "cross-attention",
-                  "encoder_lens is not None (encoder-decoder model)");
-  check_supported(op, !tree_mask.has_value(), "tree_mask",
-                  "a custom attention mask (speculative decoding with a token tree)");
-
-  const Io io = check_io(op,
-                         {"q_extend", "tokens", "k_buffer", "v_buffer", "o_extend", "k_extend",
-                          "v_extend",
-                          ", or neither (the new tokens' K/V are then read from the cache)"},
-                         q_extend, k_buffer, v_buffer, k_scale, v_scale, k_scales, v_scales,
-                         o_extend, k_extend, v_extend);
-  const rvvk::DType dtype = io.dtype;
-  const std::int64_t tokens = io.rows, heads = io.heads;
-  const CacheShape& c = io.c;
-  const std::int64_t scales_stride = io.scales_stride;
-  const bool given = io.new_kv;
-  // The INT8 op writes the new tokens' K/V (when given) into the cache at out_cache_loc.
+  // k_extend / v_extend given (check_io: both or neither); the INT8 op then writes them
+  // into the cache at out_cache_loc.
+  const bool given = k_extend.has_value();
   const bool write = int8 && given;
-  at::Tensor loc64;
-  if (int8) {
-    loc64 = index_vector(op, "out_cache_loc", *out_cache_loc, tokens, "tokens, from q_extend");
-    if (write) {
-      attn::check_no_internal_overlap(op, "k_buffer", k_buffer);
-      attn::check_no_internal_overlap(op, "v_buffer", v_buffer);
-    }
-  }
-
-  const attn::TokenTable table = attn::token_table(op, req_to_token);
-  check_cpu(op, "seq_lens", seq_lens);
-  TORCH_CHECK_VALUE(seq_lens.dim() == 1, op, ": seq_lens has shape ", seq_lens.sizes(),
-                    "; expected [batch]");
-  const std::int64_t batch = seq_lens.size(0);
-  const at::Tensor lens = index_vector(op, "seq_lens", seq_lens, batch, "batch");
-  const at::Tensor rpi = index_vector(op, "req_pool_indices", req_pool_indices, batch,
-                                      "batch, from seq_lens");
-  const at::Tensor ext = index_vector(op, "extend_seq_lens", extend_seq_lens, batch,
-                                      "batch, from seq_lens");
-  const at::Tensor starts = index_vector(op, "extend_start_loc", extend_start_loc, batch,
-                                         "batch, from seq_lens");
-  TORCH_CHECK_VALUE(max_len_extend >= 0, op, ": max_len_extend is ", max_len_extend,
-                    "; expected >= 0 (at least max(extend_seq_lens))");
-  check_scalars(op, sm_scale, logit_cap, window);
-  const std::optional<at::Tensor> sinks32 = attn::sinks_f32(op, sinks, heads);
-
   const at::Tensor none;
   const at::Tensor* no = nullptr;
-  attn::check_no_shared_memory(
-      op,
-      {{"o_extend", &o_extend, true},
-       {"k_buffer", &k_buffer, write},
-       {"v_buffer", &v_buffer, write},
-       {"k_scale_buf", int8 ? k_scales : no, write},
-       {"v_scale_buf", int8 ? v_scales : no, write},
-       {"q_extend", &q_extend, false},
-       {"k_extend", given ? &*k_extend : &none, false},
-       {"v_extend", given ? &*v_extend : &none, false},
-       {"out_cache_loc", int8 ? out_cache_loc : no, false},
-       {"req_to_token", &req_to_token, false},
-       {"req_pool_indices", &req_pool_indices, false},
-       {"seq_lens", &seq_lens, false},
-       {"extend_seq_lens", &extend_seq_lens, false},
-       {"extend_start_loc", &extend_start_loc, false},
-       {"sinks", sinks ? &*sinks : &none, false}},
-      {});
+  const std::vector<Named> tensors = {{"o_extend", &o_extend, true},
+                                      {"k_buffer", &k_buffer, write},
+                                      {"v_buffer", &v_buffer, write},
+                                      {"k_scale_buf", int8 ? k_scales : no, write},
+                                      {"v_scale_buf", int8 ? v_scales : no, write},
+                                      {"q_extend", &q_extend, false},
+                                      {"k_extend", k_extend ? &*k_extend : &none, false},
+                                      {"v_extend", v_extend ? &*v_extend : &none, false},
+                                      {"out_cache_loc", int8 ? out_cache_loc : no, false},
+                                      {"req_to_token", &req_to_token, false},
+                                      {"req_pool_indices", &req_pool_indices, false},
+                                      {"seq_lens", &seq_lens, false},
+                                      {"extend_seq_lens", &extend_seq_lens, false},
+                                      {"extend_start_loc", &extend_start_loc, false},
+                                      {"sinks", sinks ? &*sinks : &none, false}};
+  if (!meta) attn::check_all_cpu(op, tensors);
+  {  // The checks that need only devices, dtypes, shapes (SymInts) and scalars.
+    check_supported(op, !is_cross_attention, "cross-attention", "is_cross_attention=True");
+    check_supported(op, !encoder_lens.has_value(), "cross-attention",
+                    "encoder_lens is not None (encoder-decoder model)");
+    check_supported(op, !tree_mask.has_value(), "tree_mask",
+                    "a custom attention mask (speculative decoding with a token tree)");
+    check_io(op,
+             {"q_extend", "tokens", "k_buffer", "v_buffer", "o_extend", "k_extend", "v_extend",
+              ", or neither (the new tokens' K/V are then read from the cache)"},
+             q_extend, k_buffer, v_buffer, k_scale, v_scale, k_scales, v_scales, o_extend,
+             k_extend, v_extend);
+    const auto on_q = [&](const char* arg, const at::Tensor& t, const c10::SymInt& n,
+                          const char* what) {
+      check_index(op, arg, t, n, what, "q_extend", q_extend);
+    };
+    if (out_cache_loc != nullptr) {
+      on_q("out_cache_loc", *out_cache_loc, q_extend.sym_size(0), "tokens, from q_extend");
+    }
+    attn::check_table(op, req_to_token, "q_extend", q_extend);
+    check_same_device(op, "seq_lens", seq_lens, "q_extend", q_extend);
+    TORCH_CHECK_VALUE(seq_lens.dim() == 1, op, ": seq_lens has shape ", seq_lens.sym_sizes(),
+                      "; expected [batch]");
+    const c10::SymInt batch = seq_lens.sym_size(0);
+    on_q("seq_lens", seq_lens, batch, "batch");
+    on_q("req_pool_indices", req_pool_indices, batch, "batch, from seq_lens");
+    on_q("extend_seq_lens", extend_seq_lens, batch, "batch, from seq_lens");
+    on_q("extend_start_loc", extend_start_loc, batch, "batch, from seq_lens");
+    TORCH_CHECK_VALUE(max_len_extend >= 0, op, ": max_len_extend is ", max_len_extend,
+                      "; expected >= 0 (at least max(extend_seq_lens))");
+    check_scalars(op, sm_scale, logit_cap, window);
+    attn::check_sinks(op, sinks, q_extend.sym_size(1), "q_extend", q_extend);
+  }
+  if (meta) return;
+
+  const auto layout = check_io_layout(
+      op, {"q_extend", "tokens", "k_buffer", "v_buffer", "o_extend", "k_extend", "v_extend", ""},
+      q_extend, k_buffer, v_buffer, k_scales, v_scales, o_extend, k_extend, v_extend);
+  const CacheShape& c = layout.first;
+  const std::int64_t scales_stride = layout.second;
+  const rvvk::DType dtype = kernel_dtype(op, "q_extend", q_extend);
+  const std::int64_t tokens = q_extend.size(0), heads = q_extend.size(1);
+  if (write) {
+    attn::check_no_internal_overlap(op, "k_buffer", k_buffer);
+    attn::check_no_internal_overlap(op, "v_buffer", v_buffer);
+  }
+  const at::Tensor loc64 = int8 ? index_vector(*out_cache_loc) : at::Tensor();
+  const attn::TokenTable table = attn::token_table(op, req_to_token);
+  const std::int64_t batch = seq_lens.size(0);
+  const at::Tensor lens = index_vector(seq_lens);
+  const at::Tensor rpi = index_vector(req_pool_indices);
+  const at::Tensor ext = index_vector(extend_seq_lens);
+  const at::Tensor starts = index_vector(extend_start_loc);
+  const std::optional<at::Tensor> sinks32 = attn::sinks_f32(sinks);
+  attn::check_no_shared_memory(op, tensors, {});
 
   // Index values.
   if (int8) check_range(op, "out_cache_loc", loc64, 0, c.tokens, "a row of k_buffer");
@@ -642,9 +675,11 @@ void extend_impl(const char* op, const at::Tensor& q_extend,
 
 }  // namespace
 
-void decode_attention_cpu(const at::Tensor& query, at::Tensor& k_cache, at::Tensor& v_cache,
-                          double k_scale, double v_scale, at::Tensor& output,
-                          const std::optional<at::Tensor>& key,
+// The entry points (ops.h): the CPU kernels, and with meta = true the Meta kernels.
+
+void decode_attention_cpu(bool meta, const at::Tensor& query, at::Tensor& k_cache,
+                          at::Tensor& v_cache, double k_scale, double v_scale,
+                          at::Tensor& output, const std::optional<at::Tensor>& key,
                           const std::optional<at::Tensor>& value, const at::Tensor& loc,
                           at::Tensor& attn_logits, const at::Tensor& req_to_token,
                           const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
@@ -652,13 +687,13 @@ void decode_attention_cpu(const at::Tensor& query, at::Tensor& k_cache, at::Tens
                           std::int64_t sliding_window_size,
                           const std::optional<at::Tensor>& encoder_lens,
                           const std::optional<at::Tensor>& sinks) {
-  decode_impl("decode_attention_cpu", query, k_cache, v_cache, k_scale, v_scale, nullptr,
+  decode_impl(meta, "decode_attention_cpu", query, k_cache, v_cache, k_scale, v_scale, nullptr,
               nullptr, output, key, value, loc, attn_logits, req_to_token, req_pool_indices,
               seq_lens, sm_scale, logit_cap, is_cross_attention, sliding_window_size,
               encoder_lens, sinks);
 }
 
-void decode_attention_int8_cpu(const at::Tensor& query, at::Tensor& k_cache,
+void decode_attention_int8_cpu(bool meta, const at::Tensor& query, at::Tensor& k_cache,
                                at::Tensor& v_cache, at::Tensor& k_scale_buf,
                                at::Tensor& v_scale_buf, at::Tensor& output,
                                const std::optional<at::Tensor>& key,
@@ -669,13 +704,14 @@ void decode_attention_int8_cpu(const at::Tensor& query, at::Tensor& k_cache,
                                std::int64_t sliding_window_size,
                                const std::optional<at::Tensor>& encoder_lens,
                                const std::optional<at::Tensor>& sinks) {
-  decode_impl("decode_attention_int8_cpu", query, k_cache, v_cache, 1.0, 1.0, &k_scale_buf,
-              &v_scale_buf, output, key, value, loc, attn_logits, req_to_token,
+  decode_impl(meta, "decode_attention_int8_cpu", query, k_cache, v_cache, 1.0, 1.0,
+              &k_scale_buf, &v_scale_buf, output, key, value, loc, attn_logits, req_to_token,
               req_pool_indices, seq_lens, sm_scale, logit_cap, is_cross_attention,
               sliding_window_size, encoder_lens, sinks);
 }
 
-void extend_attention_cpu(const at::Tensor& q_extend, const std::optional<at::Tensor>& k_extend,
+void extend_attention_cpu(bool meta, const at::Tensor& q_extend,
+                          const std::optional<at::Tensor>& k_extend,
                           const std::optional<at::Tensor>& v_extend, at::Tensor& o_extend,
                           const at::Tensor& k_buffer, const at::Tensor& v_buffer,
                           double k_scale, double v_scale, const at::Tensor& req_to_token,
@@ -687,7 +723,7 @@ void extend_attention_cpu(const at::Tensor& q_extend, const std::optional<at::Te
                           const std::optional<at::Tensor>& encoder_lens,
                           const std::optional<at::Tensor>& sinks,
                           const std::optional<at::Tensor>& tree_mask, bool is_causal) {
-  extend_impl("extend_attention_cpu", q_extend, k_extend, v_extend, o_extend, k_buffer,
+  extend_impl(meta, "extend_attention_cpu", q_extend, k_extend, v_extend, o_extend, k_buffer,
               v_buffer, k_scale, v_scale, nullptr, nullptr, nullptr, req_to_token,
               req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend,
               sm_scale, logit_cap, is_cross_attention, sliding_window_size, encoder_lens,
@@ -695,7 +731,7 @@ void extend_attention_cpu(const at::Tensor& q_extend, const std::optional<at::Te
 }
 
 void extend_attention_int8_cpu(
-    const at::Tensor& q_extend, const std::optional<at::Tensor>& k_extend,
+    bool meta, const at::Tensor& q_extend, const std::optional<at::Tensor>& k_extend,
     const std::optional<at::Tensor>& v_extend, at::Tensor& o_extend, at::Tensor& k_buffer,
     at::Tensor& v_buffer, at::Tensor& k_scale_buf, at::Tensor& v_scale_buf,
     const at::Tensor& out_cache_loc, const at::Tensor& req_to_token,
@@ -705,11 +741,11 @@ void extend_attention_int8_cpu(
     std::int64_t sliding_window_size, const std::optional<at::Tensor>& encoder_lens,
     const std::optional<at::Tensor>& sinks, const std::optional<at::Tensor>& tree_mask,
     bool is_causal) {
-  extend_impl("extend_attention_int8_cpu", q_extend, k_extend, v_extend, o_extend, k_buffer,
-              v_buffer, 1.0, 1.0, &k_scale_buf, &v_scale_buf, &out_cache_loc, req_to_token,
-              req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend,
-              sm_scale, logit_cap, is_cross_attention, sliding_window_size, encoder_lens,
-              sinks, tree_mask, is_causal);
+  extend_impl(meta, "extend_attention_int8_cpu", q_extend, k_extend, v_extend, o_extend,
+              k_buffer, v_buffer, 1.0, 1.0, &k_scale_buf, &v_scale_buf, &out_cache_loc,
+              req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc,
+              max_len_extend, sm_scale, logit_cap, is_cross_attention, sliding_window_size,
+              encoder_lens, sinks, tree_mask, is_causal);
 }
 
 }  // namespace rvv_ops

@@ -8,37 +8,21 @@
 
 namespace rvv_ops::attn {
 
-std::string type_name(at::ScalarType t) {
-  switch (t) {
-    case at::ScalarType::Char: return "torch.int8";
-    case at::ScalarType::Byte: return "torch.uint8";
-    case at::ScalarType::Short: return "torch.int16";
-    case at::ScalarType::Float8_e4m3fn: return "torch.float8_e4m3fn";
-    case at::ScalarType::Float8_e5m2: return "torch.float8_e5m2";
-    case at::ScalarType::Float8_e4m3fnuz: return "torch.float8_e4m3fnuz";
-    case at::ScalarType::Float8_e5m2fnuz: return "torch.float8_e5m2fnuz";
-    default: return dtype_name(t);
-  }
-}
-
 void check_supported(const char* op, bool ok, const char* feature, const std::string& detail) {
   TORCH_CHECK_NOT_IMPLEMENTED(ok, "rvv_ops: unsupported: ", feature, " (", op, ": ", detail,
                               "); use another attention backend for this layer");
 }
 
-void check_tensor(const char* op, const char* arg, const at::Tensor& t, std::int64_t dims,
-                  const char* layout) {
-  check_cpu(op, arg, t);
+void check_dims(const char* op, const char* arg, const at::Tensor& t, std::int64_t dims,
+                const std::string& layout, const char* ref_arg, const at::Tensor& ref) {
+  check_same_device(op, arg, t, ref_arg, ref);
   TORCH_CHECK_VALUE(t.dim() == dims, op, ": ", arg, " is ", t.dim(), "-d (", describe(t),
                     "); expected ", dims, "-D ", layout);
-  TORCH_CHECK_VALUE(t.size(-1) <= 1 || t.stride(-1) == 1, op, ": ", arg, " (", describe(t),
-                    ") has a last-dimension stride of ", t.stride(-1),
-                    "; expected 1 (other dimensions may be strided)");
 }
 
 void check_size(const char* op, const char* arg, const at::Tensor& t, std::int64_t d,
-                std::int64_t expected, const std::string& what) {
-  TORCH_CHECK_VALUE(t.size(d) == expected, op, ": ", arg, " has shape ", t.sizes(),
+                const c10::SymInt& expected, const std::string& what) {
+  TORCH_CHECK_VALUE(t.sym_size(d) == expected, op, ": ", arg, " has shape ", t.sym_sizes(),
                     "; expected size ", expected, " in dimension ", d, " (", what, ")");
 }
 
@@ -46,36 +30,34 @@ rvvk::DType cache_dtype(const char* op, const char* arg, const at::Tensor& cache
                         const at::Tensor& query, bool int8) {
   const at::ScalarType st = cache.scalar_type();
   if (int8) {
-    TORCH_CHECK_TYPE(st == at::ScalarType::Char, op, ": ", arg, " has dtype ", type_name(st),
+    TORCH_CHECK_TYPE(st == at::ScalarType::Char, op, ": ", arg, " has dtype ", dtype_name(st),
                      "; expected torch.int8");
     return rvvk::DType::kI8;
   }
   if (st == at::ScalarType::Float8_e4m3fn) return rvvk::DType::kFP8E4M3;
   if (st == at::ScalarType::Float8_e5m2) return rvvk::DType::kFP8E5M2;
-  TORCH_CHECK_TYPE(st == query.scalar_type(), op, ": ", arg, " has dtype ", type_name(st),
-                   "; expected the query's dtype ", type_name(query.scalar_type()),
+  TORCH_CHECK_TYPE(st == query.scalar_type(), op, ": ", arg, " has dtype ", dtype_name(st),
+                   "; expected the query's dtype ", dtype_name(query.scalar_type()),
                    ", torch.float8_e4m3fn or torch.float8_e5m2");
   return kernel_dtype(op, arg, cache);
 }
 
-at::Tensor index_vector(const char* op, const char* arg, const at::Tensor& t, std::int64_t n,
-                        const std::string& what) {
-  check_cpu(op, arg, t);
+void check_index(const char* op, const char* arg, const at::Tensor& t, const c10::SymInt& n,
+                 const std::string& what, const char* ref_arg, const at::Tensor& ref) {
+  check_same_device(op, arg, t, ref_arg, ref);
   const at::ScalarType st = t.scalar_type();
   TORCH_CHECK_TYPE(st == at::kInt || st == at::kLong, op, ": ", arg, " has dtype ",
-                   type_name(st), "; expected torch.int32 or torch.int64");
-  TORCH_CHECK_VALUE(t.dim() == 1 && t.size(0) == n, op, ": ", arg, " has shape ", t.sizes(),
-                    "; expected [", n, "] (", what, ")");
-  return t.to(at::kLong).contiguous();
+                   dtype_name(st), "; expected torch.int32 or torch.int64");
+  TORCH_CHECK_VALUE(t.dim() == 1 && t.sym_size(0) == n, op, ": ", arg, " has shape ",
+                    t.sym_sizes(), "; expected [", n, "] (", what, ")");
 }
 
-void check_range(const char* op, const char* arg, const at::Tensor& v, std::int64_t lo,
-                 std::int64_t hi, const std::string& what) {
-  const std::int64_t* p = v.const_data_ptr<std::int64_t>();
-  for (std::int64_t i = 0; i < v.numel(); ++i) {
-    TORCH_CHECK_VALUE(p[i] >= lo && p[i] < hi, op, ": ", arg, "[", i, "] is ", p[i],
-                      "; expected ", what, " in [", lo, ", ", hi, ")");
-  }
+void check_table(const char* op, const at::Tensor& req_to_token, const char* ref_arg,
+                 const at::Tensor& ref) {
+  check_dims(op, "req_to_token", req_to_token, 2, "[requests, max_context]", ref_arg, ref);
+  const at::ScalarType st = req_to_token.scalar_type();
+  TORCH_CHECK_TYPE(st == at::kInt || st == at::kLong, op, ": req_to_token has dtype ",
+                   dtype_name(st), "; expected torch.int32 or torch.int64");
 }
 
 void check_scalar(const char* op, const char* arg, double x, bool positive, bool non_negative) {
@@ -92,16 +74,37 @@ void check_scalar(const char* op, const char* arg, double x, bool positive, bool
   }
 }
 
-std::optional<at::Tensor> sinks_f32(const char* op, const std::optional<at::Tensor>& sinks,
-                                    std::int64_t heads) {
-  if (!sinks.has_value()) return std::nullopt;
+void check_sinks(const char* op, const std::optional<at::Tensor>& sinks,
+                 const c10::SymInt& heads, const char* ref_arg, const at::Tensor& ref) {
+  if (!sinks.has_value()) return;
   const at::Tensor& s = *sinks;
-  check_cpu(op, "sinks", s);
+  check_same_device(op, "sinks", s, ref_arg, ref);
   TORCH_CHECK_TYPE(at::isFloatingType(s.scalar_type()), op, ": sinks has dtype ",
-                   type_name(s.scalar_type()), "; expected a floating-point dtype");
-  TORCH_CHECK_VALUE(s.dim() == 1 && s.size(0) == heads, op, ": sinks has shape ", s.sizes(),
-                    "; expected [", heads, "] (one logit per query head)");
-  return s.to(at::kFloat).contiguous();
+                   dtype_name(s.scalar_type()), "; expected a floating-point dtype");
+  TORCH_CHECK_VALUE(s.dim() == 1 && s.sym_size(0) == heads, op, ": sinks has shape ",
+                    s.sym_sizes(), "; expected [", heads, "] (one logit per query head)");
+}
+
+void check_last_dim(const char* op, const char* arg, const at::Tensor& t) {
+  TORCH_CHECK_VALUE(t.size(-1) <= 1 || t.stride(-1) == 1, op, ": ", arg, " (", describe(t),
+                    ") has a last-dimension stride of ", t.stride(-1),
+                    "; expected 1 (other dimensions may be strided)");
+}
+
+at::Tensor index_vector(const at::Tensor& t) { return t.to(at::kLong).contiguous(); }
+
+void check_range(const char* op, const char* arg, const at::Tensor& v, std::int64_t lo,
+                 std::int64_t hi, const std::string& what) {
+  const std::int64_t* p = v.const_data_ptr<std::int64_t>();
+  for (std::int64_t i = 0; i < v.numel(); ++i) {
+    TORCH_CHECK_VALUE(p[i] >= lo && p[i] < hi, op, ": ", arg, "[", i, "] is ", p[i],
+                      "; expected ", what, " in [", lo, ", ", hi, ")");
+  }
+}
+
+std::optional<at::Tensor> sinks_f32(const std::optional<at::Tensor>& sinks) {
+  if (!sinks.has_value()) return std::nullopt;
+  return sinks->to(at::kFloat).contiguous();
 }
 
 std::int64_t TokenTable::at(std::int64_t r, std::int64_t c) const {
@@ -111,16 +114,13 @@ std::int64_t TokenTable::at(std::int64_t r, std::int64_t c) const {
 }
 
 TokenTable token_table(const char* op, const at::Tensor& req_to_token) {
-  check_tensor(op, "req_to_token", req_to_token, 2, "[requests, max_context]");
-  const at::ScalarType st = req_to_token.scalar_type();
-  TORCH_CHECK_TYPE(st == at::kInt || st == at::kLong, op, ": req_to_token has dtype ",
-                   type_name(st), "; expected torch.int32 or torch.int64");
+  check_last_dim(op, "req_to_token", req_to_token);
   TokenTable table;
   table.data = req_to_token.const_data_ptr();
   table.rows = req_to_token.size(0);
   table.cols = req_to_token.size(1);
   table.stride = req_to_token.stride(0);
-  table.int64 = st == at::kLong;
+  table.int64 = req_to_token.scalar_type() == at::kLong;
   return table;
 }
 
@@ -184,6 +184,12 @@ bool is_allowed(const char* a, const char* b,
 }
 
 }  // namespace
+
+void check_all_cpu(const char* op, const std::vector<Named>& args) {
+  for (const Named& a : args) {
+    if (a.t != nullptr && a.t->defined()) check_cpu(op, a.name, *a.t);
+  }
+}
 
 void check_no_shared_memory(const char* op, const std::vector<Named>& args,
                             const std::vector<std::pair<const char*, const char*>>& allowed) {

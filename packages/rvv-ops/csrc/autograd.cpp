@@ -1,80 +1,63 @@
-// Autograd-side kernels of fused_add_rmsnorm_cpu and gemma_fused_add_rmsnorm_cpu, which
-// write `input` and `residual` and return nothing. torch's generic fallbacks only track
-// writes to returned tensors, so these ops get their own: no derivative, and version-counter
-// bumps for what they write (so autograd notices a tensor it saved being overwritten, as
-// with torch's in-place ops).
+// Autograd-side kernels of the ops that write some of their arguments and return nothing
+// (fused_add_rmsnorm_cpu, the attention ops): torch's generic fallbacks only track writes to
+// returned tensors. These kernels are boxed, so one pair serves every such op (register.cpp
+// picks them for every schema with a `(a!)`): no derivative, and version-counter bumps for
+// every argument the schema marks as written (so autograd notices a tensor it saved being
+// overwritten, as with torch's in-place ops).
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
+
+#include <string>
+#include <vector>
 
 #include "ops.h"
 
 namespace rvv_ops {
 namespace {
 
-using FusedFn = void(at::Tensor&, at::Tensor&, const at::Tensor&, double);
-using FusedOp = c10::TypedOperatorHandle<FusedFn>;
-
-const FusedOp& fused_op() {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("sgl_kernel::fused_add_rmsnorm_cpu", "")
-                             .typed<FusedFn>();
-  return op;
-}
-
-const FusedOp& gemma_fused_op() {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("sgl_kernel::gemma_fused_add_rmsnorm_cpu", "")
-                             .typed<FusedFn>();
-  return op;
-}
-
-void no_grad_redispatch(const FusedOp& op, const char* name, c10::DispatchKeySet keys,
-                        at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
-                        double eps) {
-  TORCH_CHECK(!c10::GradMode::is_enabled() ||
-                  !(input.requires_grad() || residual.requires_grad() || weight.requires_grad()),
-              name, ": has no derivative, and input, residual or weight requires grad; call it "
-              "under torch.no_grad() or torch.inference_mode()");
-  at::AutoDispatchBelowAutograd guard;
-  op.redispatch(keys & c10::after_autograd_keyset, input, residual, weight, eps);
-}
-
-void bump_versions_redispatch(const FusedOp& op, c10::DispatchKeySet keys, at::Tensor& input,
-                              at::Tensor& residual, const at::Tensor& weight, double eps) {
-  {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    op.redispatch(keys & c10::after_ADInplaceOrView_keyset, input, residual, weight, eps);
-  }
-  input.unsafeGetTensorImpl()->bump_version();
-  residual.unsafeGetTensorImpl()->bump_version();
+// "sgl_kernel::decode_attention_cpu" -> "decode_attention_cpu"
+std::string short_name(const c10::OperatorHandle& op) {
+  const std::string& name = op.schema().name();
+  const std::size_t colon = name.rfind("::");
+  return colon == std::string::npos ? name : name.substr(colon + 2);
 }
 
 }  // namespace
 
-void fused_add_rmsnorm_autograd(c10::DispatchKeySet keys, at::Tensor& input,
-                                at::Tensor& residual, const at::Tensor& weight, double eps) {
-  no_grad_redispatch(fused_op(), "fused_add_rmsnorm_cpu", keys, input, residual, weight, eps);
+void no_grad_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                      torch::jit::Stack* stack) {
+  const auto& args = op.schema().arguments();
+  const std::size_t first = stack->size() - args.size();
+  if (c10::GradMode::is_enabled()) {
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      const c10::IValue& v = (*stack)[first + i];
+      TORCH_CHECK(!(v.isTensor() && v.toTensor().requires_grad()), short_name(op),
+                  ": has no derivative, and ", args[i].name(),
+                  " requires grad; call it under torch.no_grad() or torch.inference_mode()");
+    }
+  }
+  at::AutoDispatchBelowAutograd guard;
+  op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
 }
 
-void fused_add_rmsnorm_inplace_or_view(c10::DispatchKeySet keys, at::Tensor& input,
-                                       at::Tensor& residual, const at::Tensor& weight,
-                                       double eps) {
-  bump_versions_redispatch(fused_op(), keys, input, residual, weight, eps);
-}
-
-void gemma_fused_add_rmsnorm_autograd(c10::DispatchKeySet keys, at::Tensor& input,
-                                      at::Tensor& residual, const at::Tensor& weight,
-                                      double eps) {
-  no_grad_redispatch(gemma_fused_op(), "gemma_fused_add_rmsnorm_cpu", keys, input, residual,
-                     weight, eps);
-}
-
-void gemma_fused_add_rmsnorm_inplace_or_view(c10::DispatchKeySet keys, at::Tensor& input,
-                                             at::Tensor& residual, const at::Tensor& weight,
-                                             double eps) {
-  bump_versions_redispatch(gemma_fused_op(), keys, input, residual, weight, eps);
+void bump_written_versions(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                           torch::jit::Stack* stack) {
+  const auto& args = op.schema().arguments();
+  const std::size_t first = stack->size() - args.size();
+  std::vector<at::Tensor> written;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = (*stack)[first + i];
+    if (args[i].alias_info() != nullptr && args[i].alias_info()->isWrite() && v.isTensor()) {
+      written.push_back(v.toTensor());
+    }
+  }
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
+  }
+  for (const at::Tensor& t : written) t.unsafeGetTensorImpl()->bump_version();
 }
 
 }  // namespace rvv_ops

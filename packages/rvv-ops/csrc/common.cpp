@@ -16,16 +16,23 @@ std::string dtype_name(at::ScalarType t) {
     case at::kDouble: return "torch.float64";
     case at::kInt: return "torch.int32";
     case at::kLong: return "torch.int64";
+    case at::kShort: return "torch.int16";
     case at::kBool: return "torch.bool";
     case at::kChar: return "torch.int8";
     case at::kByte: return "torch.uint8";
+    case at::ScalarType::Float8_e4m3fn: return "torch.float8_e4m3fn";
+    case at::ScalarType::Float8_e5m2: return "torch.float8_e5m2";
+    case at::ScalarType::Float8_e4m3fnuz: return "torch.float8_e4m3fnuz";
+    case at::ScalarType::Float8_e5m2fnuz: return "torch.float8_e5m2fnuz";
     default: return std::string("torch.") + c10::toString(t);
   }
 }
 
 std::string describe(const at::Tensor& t) {
   std::ostringstream s;
-  s << "shape " << t.sizes() << ", strides " << t.strides() << ", " << dtype_name(t.scalar_type());
+  // Symbolic sizes (fake tensors) print as their expressions.
+  s << "shape " << t.sym_sizes() << ", strides " << t.sym_strides() << ", "
+    << dtype_name(t.scalar_type());
   return s.str();
 }
 
@@ -51,22 +58,34 @@ void check_same_dtype(const char* op, const char* arg, const at::Tensor& t, cons
                    dtype_name(ref.scalar_type()));
 }
 
-void check_rows_layout(const char* op, const char* arg, const at::Tensor& t) {
+void check_same_device(const char* op, const char* arg, const at::Tensor& t,
+                       const char* ref_arg, const at::Tensor& ref) {
+  TORCH_CHECK_VALUE(t.device() == ref.device(), op, ": ", arg, " is on device ", t.device(),
+                    "; expected ", ref_arg, "'s device ", ref.device());
+}
+
+void check_has_rows(const char* op, const char* arg, const at::Tensor& t) {
   TORCH_CHECK_VALUE(t.dim() >= 1, op, ": ", arg, " is a 0-d tensor; expected at least 1 "
                     "dimension (the normalized one last)");
+}
+
+void check_weight_shape(const char* op, const at::Tensor& weight, const char* input_arg,
+                        const at::Tensor& input) {
+  TORCH_CHECK_VALUE(weight.dim() == 1, op, ": weight is ", weight.dim(), "-d (", describe(weight),
+                    "); expected a 1-D tensor");
+  TORCH_CHECK_VALUE(weight.sym_size(0) == input.sym_size(-1), op, ": weight has ",
+                    weight.sym_size(0), " elements; expected ", input_arg, ".size(-1) = ",
+                    input.sym_size(-1), " (", input_arg, ": ", describe(input), ")");
+}
+
+void check_last_dim_contiguous(const char* op, const char* arg, const at::Tensor& t) {
   TORCH_CHECK_VALUE(t.size(-1) <= 1 || t.stride(-1) == 1, op, ": ", arg, " (", describe(t),
                     ") has a last-dimension stride of ", t.stride(-1),
                     "; expected 1 (contiguous rows; call .contiguous() first)");
 }
 
-void check_weight(const char* op, const at::Tensor& weight, const char* input_arg,
-                  const at::Tensor& input) {
-  TORCH_CHECK_VALUE(weight.dim() == 1, op, ": weight is ", weight.dim(), "-d (", describe(weight),
-                    "); expected a 1-D tensor");
-  TORCH_CHECK_VALUE(weight.size(0) == input.size(-1), op, ": weight has ", weight.size(0),
-                    " elements; expected ", input_arg, ".size(-1) = ", input.size(-1), " (",
-                    input_arg, ": ", describe(input), ")");
-  TORCH_CHECK_VALUE(weight.is_contiguous(), op, ": weight (", describe(weight),
+void check_contiguous(const char* op, const char* arg, const at::Tensor& t) {
+  TORCH_CHECK_VALUE(t.is_contiguous(), op, ": ", arg, " (", describe(t),
                     ") is not contiguous; expected stride 1");
 }
 
@@ -99,6 +118,12 @@ std::optional<std::int64_t> row_stride(const at::Tensor& t) {
     expected = t.stride(d) * size;
   }
   return stride.value_or(cols);
+}
+
+Rows readable_rows(const at::Tensor& t) {
+  if (const std::optional<std::int64_t> stride = row_stride(t)) return {t, *stride};
+  at::Tensor copy = t.contiguous();
+  return {copy, copy.size(-1)};
 }
 
 std::int64_t require_row_stride(const char* op, const char* arg, const at::Tensor& t) {

@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <tuple>
+#include <utility>
 
 #include "common.h"
 #include "ops.h"
@@ -47,7 +49,6 @@ rvvk::DType float_dtype(at::ScalarType st) {
 }
 
 void check_2d(const char* op, const char* arg, const at::Tensor& t, const char* what) {
-  check_cpu(op, arg, t);
   TORCH_CHECK_VALUE(t.dim() == 2, op, ": ", arg, " is ", t.dim(), "-d (", describe(t),
                     "); expected a 2-D tensor ", what);
 }
@@ -79,7 +80,7 @@ at::Tensor pack(const char* op, const at::Tensor& weight, rvvk::DType dt) {
 
 void check_weight_dims(const char* op, const char* arg, const at::Tensor& w) {
   check_2d(op, arg, w, "[N, K] (output channels x input channels)");
-  TORCH_CHECK_VALUE(w.size(0) > 0 && w.size(1) > 0, op, ": ", arg, " (", describe(w),
+  TORCH_CHECK_VALUE(w.sym_size(0) > 0 && w.sym_size(1) > 0, op, ": ", arg, " (", describe(w),
                     ") is empty; expected N >= 1 and K >= 1");
 }
 
@@ -121,27 +122,24 @@ rvvk::PackedWeightHeader packed_header(const char* op, const char* arg, const at
   return h;
 }
 
-std::optional<at::Tensor> checked_bias(const char* op, const std::optional<at::Tensor>& bias,
-                                       std::int64_t n) {
-  if (!bias) return std::nullopt;
-  check_cpu(op, "bias", *bias);
+// bias: None, or N floats as [N] or [1, N].
+void check_bias(const char* op, const std::optional<at::Tensor>& bias, const c10::SymInt& n) {
+  if (!bias) return;
   kernel_dtype(op, "bias", *bias);
-  TORCH_CHECK_VALUE(bias->numel() == n && (bias->dim() == 1 || (bias->dim() == 2 && bias->size(0) == 1)),
+  TORCH_CHECK_VALUE(bias->sym_numel() == n &&
+                        (bias->dim() == 1 || (bias->dim() == 2 && bias->sym_size(0) == 1)),
                     op, ": bias (", describe(*bias), ") does not have N = ", n,
                     " elements as [N] or [1, N]");
-  return bias->contiguous();
 }
 
 // A per-row or per-channel fp32 scale vector: [len] or [len, 1].
-at::Tensor checked_scales(const char* op, const char* arg, const at::Tensor& s,
-                          std::int64_t len, const char* what) {
-  check_cpu(op, arg, s);
+void check_scales(const char* op, const char* arg, const at::Tensor& s, const c10::SymInt& len,
+                  const char* what) {
   TORCH_CHECK_TYPE(s.scalar_type() == at::kFloat, op, ": ", arg, " has dtype ",
                    dtype_name(s.scalar_type()), "; expected torch.float32");
-  TORCH_CHECK_VALUE(s.numel() == len && (s.dim() == 1 || (s.dim() == 2 && s.size(1) == 1)), op,
-                    ": ", arg, " (", describe(s), ") does not have ", len,
-                    " elements as [", len, "] or [", len, ", 1] (", what, ")");
-  return s.contiguous();
+  TORCH_CHECK_VALUE(s.sym_numel() == len && (s.dim() == 1 || (s.dim() == 2 && s.sym_size(1) == 1)),
+                    op, ": ", arg, " (", describe(s), ") does not have ", len, " elements as [",
+                    len, "] or [", len, ", 1] (", what, ")");
 }
 
 rvvk::DType out_kernel_dtype(const char* op, at::ScalarType st) {
@@ -159,24 +157,93 @@ void parallel_panels(const rvvk::PackedWeightHeader& h, std::int64_t m, const Fn
   at::parallel_for(0, tasks, grain, fn);
 }
 
-// int8 GEMM of a [M, K] int8 tensor with row stride a_stride and its row scales.
+// Every tensor argument of a linear op on the CPU.
+void check_all_cpu(const char* op,
+                   std::initializer_list<std::pair<const char*, const at::Tensor*>> args,
+                   const std::optional<at::Tensor>& bias) {
+  for (const auto& [arg, t] : args) check_cpu(op, arg, *t);
+  if (bias) check_cpu(op, "bias", *bias);
+}
+
+// The weight side shared by the ops: mat2 (`wdt`: its allowed dtype) packed (is_vnni) or
+// plain [N, K] with K = mat1.size(1), then bias [N]. Shared with the Meta kernels.
+void check_weight_side(const char* op, const at::Tensor& mat1, const at::Tensor& mat2,
+                       bool int8, const std::optional<at::Tensor>& bias, bool is_vnni) {
+  check_same_device(op, "mat2", mat2, "mat1", mat1);
+  if (bias) check_same_device(op, "bias", *bias, "mat1", mat1);
+  weight_dtype(op, "mat2", mat2, int8, !int8);
+  if (is_vnni) {
+    check_2d(op, "mat2", mat2, "packed by convert_weight_packed");
+  } else {
+    check_weight_dims(op, "mat2", mat2);
+    TORCH_CHECK_VALUE(mat2.sym_size(1) == mat1.sym_size(1), op, ": mat2 (", describe(mat2),
+                      ") has K = ", mat2.sym_size(1), "; expected mat1.size(1) = ",
+                      mat1.sym_size(1));
+  }
+}
+
+// mat1 [M, K] of float activations (`int8`: of int8), K >= 1.
+void check_mat1(const char* op, const at::Tensor& mat1, bool int8) {
+  check_2d(op, "mat1", mat1,
+           int8 ? "[M, K] of int8" : "[M, K] (SGLang flattens leading dimensions first)");
+  if (int8) {
+    weight_dtype(op, "mat1", mat1, true, false);
+  } else {
+    kernel_dtype(op, "mat1", mat1);
+  }
+  TORCH_CHECK_VALUE(mat1.sym_size(1) > 0, op, ": mat1 (", describe(mat1),
+                    ") has K = 0; expected K >= 1");
+}
+
+// The checks of int8_scaled_mm_cpu (scales1 given) and int8_scaled_mm_with_quant (not).
+void check_int8_mm(const char* op, const at::Tensor& mat1, const at::Tensor& mat2,
+                   const at::Tensor* scales1, const at::Tensor& scales2,
+                   const std::optional<at::Tensor>& bias, at::ScalarType out_dtype, bool is_vnni) {
+  check_mat1(op, mat1, scales1 != nullptr);
+  if (scales1 != nullptr) {
+    check_same_device(op, "scales1", *scales1, "mat1", mat1);
+    check_scales(op, "scales1", *scales1, mat1.sym_size(0), "one per row of mat1");
+  }
+  check_same_device(op, "scales2", scales2, "mat1", mat1);
+  out_kernel_dtype(op, out_dtype);
+  check_weight_side(op, mat1, mat2, true, bias, is_vnni);
+  check_scales(op, "scales2", scales2, mat2.sym_size(0), "one per output channel");
+  check_bias(op, bias, mat2.sym_size(0));
+}
+
+// mat2 as a packed weight (packed here when !is_vnni) and its header, checked against K.
+std::pair<at::Tensor, rvvk::PackedWeightHeader> packed_weight(const char* op,
+                                                              const at::Tensor& mat2,
+                                                              rvvk::DType dt, std::int64_t k,
+                                                              bool is_vnni) {
+  const at::Tensor packed = is_vnni ? mat2 : pack(op, mat2, dt);
+  return {packed, packed_header(op, "mat2", packed, dt, k)};
+}
+
+// The fields rvvk::LinearArgs and Int8LinearArgs share: the packed weight, the bias
+// (contiguous, after check_bias; undefined: none) and out [M, N] (contiguous).
+template <class Args>
+void set_weight_and_output(Args& args, const at::Tensor& packed, const at::Tensor& bias,
+                           const at::Tensor& out) {
+  args.packed = packed.data_ptr();
+  if (bias.defined()) {
+    args.bias_dtype = float_dtype(bias.scalar_type());
+    args.bias = bias.data_ptr();
+  }
+  args.out_dtype = float_dtype(out.scalar_type());
+  args.out = out.data_ptr();
+  args.out_stride = out.size(1);
+}
+
+// int8 GEMM of a [M, K] int8 tensor with row stride a_stride and its row scales, after
+// check_int8_mm.
 at::Tensor int8_mm(const char* op, const at::Tensor& a, std::int64_t a_stride,
                    const at::Tensor& a_scales, const at::Tensor& mat2,
                    const at::Tensor& scales2, const std::optional<at::Tensor>& bias,
                    at::ScalarType out_dtype, bool is_vnni) {
-  const rvvk::DType odt = out_kernel_dtype(op, out_dtype);
-  weight_dtype(op, "mat2", mat2, true, false);
-  at::Tensor packed = is_vnni ? mat2 : at::Tensor();
-  if (!is_vnni) {
-    check_weight_dims(op, "mat2", mat2);
-    TORCH_CHECK_VALUE(mat2.size(1) == a.size(1), op, ": mat2 (", describe(mat2), ") has K = ",
-                      mat2.size(1), "; expected mat1.size(1) = ", a.size(1));
-    packed = pack(op, mat2, rvvk::DType::kI8);
-  }
-  const rvvk::PackedWeightHeader h =
-      packed_header(op, "mat2", packed, rvvk::DType::kI8, a.size(1));
-  const at::Tensor ws = checked_scales(op, "scales2", scales2, h.n, "one per output channel");
-  const std::optional<at::Tensor> b = checked_bias(op, bias, h.n);
+  const auto [packed, h] = packed_weight(op, mat2, rvvk::DType::kI8, a.size(1), is_vnni);
+  const at::Tensor ws = scales2.contiguous();
+  const at::Tensor b = bias ? bias->contiguous() : at::Tensor();
   at::Tensor out = at::empty({a.size(0), h.n}, a.options().dtype(out_dtype));
   if (a.size(0) == 0) return out;
   rvvk::Int8LinearArgs args;
@@ -184,57 +251,58 @@ at::Tensor int8_mm(const char* op, const at::Tensor& a, std::int64_t a_stride,
   args.a = static_cast<const std::int8_t*>(a.data_ptr());
   args.a_stride = a_stride;
   args.a_scales = a_scales.data_ptr<float>();
-  args.packed = packed.data_ptr();
   args.w_scales = ws.data_ptr<float>();
-  if (b) {
-    args.bias_dtype = float_dtype(b->scalar_type());
-    args.bias = b->data_ptr();
-  }
-  args.out_dtype = odt;
-  args.out = out.data_ptr();
-  args.out_stride = h.n;
+  set_weight_and_output(args, packed, b, out);
   parallel_panels(h, args.m, [&](std::int64_t begin, std::int64_t end) {
     rvvk::int8_linear(args, begin, end);
   });
   return out;
 }
 
-}  // namespace
-
-at::Tensor convert_weight_packed(const at::Tensor& weight) {
-  const char* op = "convert_weight_packed";
-  check_weight_dims(op, "weight", weight);
-  return pack(op, weight, weight_dtype(op, "weight", weight, true, true));
-}
-
+// Elements per row of the packed tensor for an [n, k] weight of `dtype` on this CPU.
 std::int64_t packed_weight_cols(std::int64_t n, std::int64_t k, at::ScalarType dtype) {
-  const char* op = "packed_weight_cols";
-  TORCH_CHECK_VALUE(n > 0 && k > 0, op, ": n = ", n, ", k = ", k, "; expected both >= 1");
   const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
-  const rvvk::DType dt = weight_dtype(op, "dtype", probe, true, true);
+  const rvvk::DType dt = weight_dtype("convert_weight_packed", "weight", probe, true, true);
   rvvk::PackedWeightHeader h;
   rvvk::pack_weight_layout(dt, n, k, &h);
   return packed_cols(h, rvvk::packed_element_bytes(dt));
 }
 
-at::Tensor weight_packed_linear(const at::Tensor& mat1, const at::Tensor& mat2,
+at::Tensor linear_out_meta(const at::Tensor& mat1, const at::Tensor& mat2,
+                           at::ScalarType dtype) {
+  return at::empty_symint({mat1.sym_size(0), mat2.sym_size(0)}, mat1.options().dtype(dtype));
+}
+
+}  // namespace
+
+at::Tensor convert_weight_packed(bool meta, const at::Tensor& weight) {
+  const char* op = "convert_weight_packed";
+  if (!meta) check_cpu(op, "weight", weight);
+  check_weight_dims(op, "weight", weight);
+  const rvvk::DType dt = weight_dtype(op, "weight", weight, true, true);
+  if (meta) {
+    // The packed width depends on N and K: a traced graph is specialised to them.
+    const c10::SymInt n = weight.sym_size(0);
+    const std::int64_t cols = packed_weight_cols(
+        n.guard_int(__FILE__, __LINE__), weight.sym_size(1).guard_int(__FILE__, __LINE__),
+        weight.scalar_type());
+    return at::empty_symint({n, cols}, weight.options());
+  }
+  return pack(op, weight, dt);
+}
+
+at::Tensor weight_packed_linear(bool meta, const at::Tensor& mat1, const at::Tensor& mat2,
                                 const std::optional<at::Tensor>& bias, bool is_vnni) {
   const char* op = "weight_packed_linear";
-  check_2d(op, "mat1", mat1, "[M, K] (SGLang flattens leading dimensions first)");
+  if (!meta) check_all_cpu(op, {{"mat1", &mat1}, {"mat2", &mat2}}, bias);
+  check_mat1(op, mat1, false);
+  check_weight_side(op, mat1, mat2, false, bias, is_vnni);
+  check_bias(op, bias, mat2.sym_size(0));
+  if (meta) return linear_out_meta(mat1, mat2, mat1.scalar_type());
   const rvvk::DType xdt = kernel_dtype(op, "mat1", mat1);
-  check_cpu(op, "mat2", mat2);
   const rvvk::DType wdt = weight_dtype(op, "mat2", mat2, false, true);
-  TORCH_CHECK_VALUE(mat1.size(1) > 0, op, ": mat1 (", describe(mat1),
-                    ") has K = 0; expected K >= 1");
-  at::Tensor packed = mat2;
-  if (!is_vnni) {
-    check_weight_dims(op, "mat2", mat2);
-    TORCH_CHECK_VALUE(mat2.size(1) == mat1.size(1), op, ": mat2 (", describe(mat2),
-                      ") has K = ", mat2.size(1), "; expected mat1.size(1) = ", mat1.size(1));
-    packed = pack(op, mat2, wdt);
-  }
-  const rvvk::PackedWeightHeader h = packed_header(op, "mat2", packed, wdt, mat1.size(1));
-  const std::optional<at::Tensor> b = checked_bias(op, bias, h.n);
+  const auto [packed, h] = packed_weight(op, mat2, wdt, mat1.size(1), is_vnni);
+  const at::Tensor b = bias ? bias->contiguous() : at::Tensor();
   at::Tensor x = mat1;
   const std::int64_t x_stride = rows_of(x);
   at::Tensor out = at::empty({x.size(0), h.n}, x.options());
@@ -244,24 +312,22 @@ at::Tensor weight_packed_linear(const at::Tensor& mat1, const at::Tensor& mat2,
   args.x_dtype = xdt;
   args.x = x.data_ptr();
   args.x_stride = x_stride;
-  args.packed = packed.data_ptr();
-  if (b) {
-    args.bias_dtype = float_dtype(b->scalar_type());
-    args.bias = b->data_ptr();
-  }
-  args.out_dtype = xdt;
-  args.out = out.data_ptr();
-  args.out_stride = h.n;
+  set_weight_and_output(args, packed, b, out);
   parallel_panels(h, args.m, [&](std::int64_t begin, std::int64_t end) {
     rvvk::linear(args, begin, end);
   });
   return out;
 }
 
-std::tuple<at::Tensor, at::Tensor> per_token_quant_int8_cpu(const at::Tensor& A) {
+std::tuple<at::Tensor, at::Tensor> per_token_quant_int8_cpu(bool meta, const at::Tensor& A) {
   const char* op = "per_token_quant_int8_cpu";
+  if (!meta) check_cpu(op, "A", A);
   check_2d(op, "A", A, "[M, K]");
   const rvvk::DType dt = kernel_dtype(op, "A", A);
+  if (meta) {
+    return {at::empty_symint(A.sym_sizes(), A.options().dtype(at::kChar)),
+            at::empty_symint({A.sym_size(0)}, A.options().dtype(at::kFloat))};
+  }
   at::Tensor x = A;
   const std::int64_t stride = rows_of(x);
   const std::int64_t m = x.size(0), k = x.size(1);
@@ -276,36 +342,32 @@ std::tuple<at::Tensor, at::Tensor> per_token_quant_int8_cpu(const at::Tensor& A)
   return {q, s};
 }
 
-at::Tensor int8_scaled_mm_cpu(const at::Tensor& mat1, const at::Tensor& mat2,
+at::Tensor int8_scaled_mm_cpu(bool meta, const at::Tensor& mat1, const at::Tensor& mat2,
                               const at::Tensor& scales1, const at::Tensor& scales2,
                               const std::optional<at::Tensor>& bias, at::ScalarType out_dtype,
                               bool is_vnni) {
   const char* op = "int8_scaled_mm_cpu";
-  check_2d(op, "mat1", mat1, "[M, K] of int8");
-  weight_dtype(op, "mat1", mat1, true, false);
-  check_cpu(op, "mat2", mat2);
-  TORCH_CHECK_VALUE(mat1.size(1) > 0, op, ": mat1 (", describe(mat1),
-                    ") has K = 0; expected K >= 1");
-  const at::Tensor s1 = checked_scales(op, "scales1", scales1, mat1.size(0), "one per row of mat1");
+  if (!meta) {
+    check_all_cpu(op, {{"mat1", &mat1}, {"mat2", &mat2}, {"scales1", &scales1},
+                       {"scales2", &scales2}}, bias);
+  }
+  check_int8_mm(op, mat1, mat2, &scales1, scales2, bias, out_dtype, is_vnni);
+  if (meta) return linear_out_meta(mat1, mat2, out_dtype);
   at::Tensor a = mat1;
   const std::int64_t stride = rows_of(a);
-  return int8_mm(op, a, stride, s1, mat2, scales2, bias, out_dtype, is_vnni);
+  return int8_mm(op, a, stride, scales1.contiguous(), mat2, scales2, bias, out_dtype, is_vnni);
 }
 
-at::Tensor int8_scaled_mm_with_quant(const at::Tensor& mat1, const at::Tensor& mat2,
+at::Tensor int8_scaled_mm_with_quant(bool meta, const at::Tensor& mat1, const at::Tensor& mat2,
                                      const at::Tensor& scales2,
                                      const std::optional<at::Tensor>& bias,
                                      at::ScalarType out_dtype, bool is_vnni) {
   const char* op = "int8_scaled_mm_with_quant";
-  check_2d(op, "mat1", mat1, "[M, K] (SGLang flattens leading dimensions first)");
-  kernel_dtype(op, "mat1", mat1);
-  check_cpu(op, "mat2", mat2);
-  TORCH_CHECK_VALUE(mat1.size(1) > 0, op, ": mat1 (", describe(mat1),
-                    ") has K = 0; expected K >= 1");
-  // Validate the weight side before quantising, so bad arguments fail fast.
-  weight_dtype(op, "mat2", mat2, true, false);
-  out_kernel_dtype(op, out_dtype);
-  auto [q, s] = per_token_quant_int8_cpu(mat1);
+  if (!meta) check_all_cpu(op, {{"mat1", &mat1}, {"mat2", &mat2}, {"scales2", &scales2}}, bias);
+  // Everything is checked before quantising, so bad arguments fail fast.
+  check_int8_mm(op, mat1, mat2, nullptr, scales2, bias, out_dtype, is_vnni);
+  if (meta) return linear_out_meta(mat1, mat2, out_dtype);
+  auto [q, s] = per_token_quant_int8_cpu(false, mat1);
   return int8_mm(op, q, mat1.size(1), s, mat2, scales2, bias, out_dtype, is_vnni);
 }
 

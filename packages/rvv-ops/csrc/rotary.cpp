@@ -17,50 +17,32 @@ namespace {
 
 constexpr const char* kOp = "rotary_embedding_cpu";
 
-// Heads and strides of query or key: [tokens, heads * head_size] or [tokens, heads, head_size].
-struct HeadsView {
-  std::int64_t heads = 0, stride_t = 0, stride_h = 0;
-};
-
-HeadsView check_heads(const char* arg, const at::Tensor& t, std::int64_t tokens,
-                      std::int64_t head_size) {
+// query or key: [tokens, heads * head_size] or [tokens, heads, head_size].
+void check_heads_shape(const char* arg, const at::Tensor& t, const c10::SymInt& tokens,
+                       std::int64_t head_size) {
   TORCH_CHECK_VALUE(t.dim() == 2 || t.dim() == 3, kOp, ": ", arg, " (", describe(t),
                     ") is ", t.dim(), "-d; expected [tokens, heads * head_size] or "
                     "[tokens, heads, head_size]");
-  TORCH_CHECK_VALUE(t.size(0) == tokens, kOp, ": ", arg, " (", describe(t), ") has ",
-                    t.size(0), " tokens; expected positions.numel() = ", tokens);
-  TORCH_CHECK_VALUE(t.size(-1) <= 1 || t.stride(-1) == 1, kOp, ": ", arg, " (", describe(t),
-                    ") has a last-dimension stride of ", t.stride(-1),
-                    "; expected 1 (call .contiguous() first)");
-  HeadsView v;
-  v.stride_t = t.stride(0);
+  TORCH_CHECK_VALUE(t.sym_size(0) == tokens, kOp, ": ", arg, " (", describe(t), ") has ",
+                    t.sym_size(0), " tokens; expected positions.numel() = ", tokens);
   if (t.dim() == 2) {
-    TORCH_CHECK_VALUE(t.size(1) % head_size == 0, kOp, ": ", arg, " (", describe(t),
-                      ") has a last dimension of ", t.size(1),
+    TORCH_CHECK_VALUE(t.sym_size(1) % head_size == 0, kOp, ": ", arg, " (", describe(t),
+                      ") has a last dimension of ", t.sym_size(1),
                       ", not a multiple of head_size = ", head_size);
-    v.heads = t.size(1) / head_size;
-    v.stride_h = head_size;
   } else {
-    TORCH_CHECK_VALUE(t.size(2) == head_size, kOp, ": ", arg, " (", describe(t),
-                      ") has heads of size ", t.size(2), "; expected head_size = ", head_size);
-    v.heads = t.size(1);
-    v.stride_h = t.stride(1);
+    TORCH_CHECK_VALUE(t.sym_size(2) == head_size, kOp, ": ", arg, " (", describe(t),
+                      ") has heads of size ", t.sym_size(2), "; expected head_size = ",
+                      head_size);
   }
-  return v;
 }
 
-}  // namespace
-
-std::tuple<at::Tensor, at::Tensor> rotary_embedding_cpu(const at::Tensor& positions,
-                                                        const at::Tensor& query,
-                                                        const at::Tensor& key,
-                                                        std::int64_t head_size,
-                                                        const at::Tensor& cos_sin_cache,
-                                                        bool is_neox) {
-  check_cpu(kOp, "positions", positions);
-  check_cpu(kOp, "query", query);
-  check_cpu(kOp, "key", key);
-  check_cpu(kOp, "cos_sin_cache", cos_sin_cache);
+// The checks shared with the Meta kernel (common.h).
+rvvk::DType check_args(const at::Tensor& positions, const at::Tensor& query,
+                       const at::Tensor& key, std::int64_t head_size,
+                       const at::Tensor& cos_sin_cache) {
+  check_same_device(kOp, "positions", positions, "query", query);
+  check_same_device(kOp, "key", key, "query", query);
+  check_same_device(kOp, "cos_sin_cache", cos_sin_cache, "query", query);
   TORCH_CHECK_TYPE(positions.scalar_type() == at::kLong || positions.scalar_type() == at::kInt,
                    kOp, ": positions has dtype ", dtype_name(positions.scalar_type()),
                    "; expected torch.int64 or torch.int32");
@@ -76,17 +58,58 @@ std::tuple<at::Tensor, at::Tensor> rotary_embedding_cpu(const at::Tensor& positi
   TORCH_CHECK_VALUE(head_size > 0, kOp, ": head_size is ", head_size, "; expected > 0");
   TORCH_CHECK_VALUE(cos_sin_cache.dim() == 2, kOp, ": cos_sin_cache (", describe(cos_sin_cache),
                     ") is ", cos_sin_cache.dim(), "-d; expected [max_position, rotary_dim]");
-  const std::int64_t rotary_dim = cos_sin_cache.size(1);
+  const c10::SymInt rotary_dim = cos_sin_cache.sym_size(1);
   TORCH_CHECK_VALUE(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= head_size, kOp,
                     ": cos_sin_cache (", describe(cos_sin_cache), ") has rotary_dim ",
                     rotary_dim, "; expected an even number in [2, head_size = ", head_size,
                     "] (cos half, then sin half)");
+  check_heads_shape("query", query, positions.sym_numel(), head_size);
+  check_heads_shape("key", key, positions.sym_numel(), head_size);
+  return dtype;
+}
+
+// Heads and strides of query or key, after check_heads_shape.
+struct HeadsView {
+  std::int64_t heads = 0, stride_t = 0, stride_h = 0;
+};
+
+HeadsView heads_view(const char* arg, const at::Tensor& t, std::int64_t head_size) {
+  TORCH_CHECK_VALUE(t.size(-1) <= 1 || t.stride(-1) == 1, kOp, ": ", arg, " (", describe(t),
+                    ") has a last-dimension stride of ", t.stride(-1),
+                    "; expected 1 (call .contiguous() first)");
+  HeadsView v;
+  v.stride_t = t.stride(0);
+  v.heads = t.dim() == 2 ? t.size(1) / head_size : t.size(1);
+  v.stride_h = t.dim() == 2 ? head_size : t.stride(1);
+  return v;
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> rotary_embedding_cpu(bool meta, const at::Tensor& positions,
+                                                        const at::Tensor& query,
+                                                        const at::Tensor& key,
+                                                        std::int64_t head_size,
+                                                        const at::Tensor& cos_sin_cache,
+                                                        bool is_neox) {
+  if (!meta) {
+    check_cpu(kOp, "positions", positions);
+    check_cpu(kOp, "query", query);
+    check_cpu(kOp, "key", key);
+    check_cpu(kOp, "cos_sin_cache", cos_sin_cache);
+  }
+  const rvvk::DType dtype = check_args(positions, query, key, head_size, cos_sin_cache);
+  if (meta) {
+    return {at::empty_symint(query.sym_sizes(), query.options()),
+            at::empty_symint(key.sym_sizes(), key.options())};
+  }
   TORCH_CHECK_VALUE(cos_sin_cache.stride(1) == 1, kOp, ": cos_sin_cache (",
                     describe(cos_sin_cache), ") has a last-dimension stride of ",
                     cos_sin_cache.stride(1), "; expected 1 (call .contiguous() first)");
+  const std::int64_t rotary_dim = cos_sin_cache.size(1);
   const std::int64_t tokens = positions.numel();
-  const HeadsView q = check_heads("query", query, tokens, head_size);
-  const HeadsView k = check_heads("key", key, tokens, head_size);
+  const HeadsView q = heads_view("query", query, head_size);
+  const HeadsView k = heads_view("key", key, head_size);
 
   const at::Tensor pos = positions.to(at::kLong).contiguous();
   const std::int64_t* p = pos.data_ptr<std::int64_t>();
@@ -110,21 +133,20 @@ std::tuple<at::Tensor, at::Tensor> rotary_embedding_cpu(const at::Tensor& positi
   base.cos_sin_cache = cos_sin_cache.data_ptr();
   base.cache_stride = cos_sin_cache.stride(0);
   base.positions = p;
-  rvvk::RotaryArgs qa = base, ka = base;
-  qa.heads = q.heads;
-  qa.x = query.data_ptr();
-  qa.x_stride_t = q.stride_t;
-  qa.x_stride_h = q.stride_h;
-  qa.out = query_out.data_ptr();
-  qa.out_stride_t = q.heads * head_size;
-  qa.out_stride_h = head_size;
-  ka.heads = k.heads;
-  ka.x = key.data_ptr();
-  ka.x_stride_t = k.stride_t;
-  ka.x_stride_h = k.stride_h;
-  ka.out = key_out.data_ptr();
-  ka.out_stride_t = k.heads * head_size;
-  ka.out_stride_h = head_size;
+  // query or key (heads `v`, data x) into out, contiguous.
+  const auto args_for = [&](const HeadsView& v, const at::Tensor& x, const at::Tensor& out) {
+    rvvk::RotaryArgs a = base;
+    a.heads = v.heads;
+    a.x = x.data_ptr();
+    a.x_stride_t = v.stride_t;
+    a.x_stride_h = v.stride_h;
+    a.out = out.data_ptr();
+    a.out_stride_t = v.heads * head_size;
+    a.out_stride_h = head_size;
+    return a;
+  };
+  const rvvk::RotaryArgs qa = args_for(q, query, query_out);
+  const rvvk::RotaryArgs ka = args_for(k, key, key_out);
 
   // One token of a small model is ~2K elements: threads only pay off for many tokens.
   constexpr std::int64_t kMinElementsPerTask = 32768;

@@ -2,7 +2,7 @@
 argument and its value, and nothing written (caches, scales and outputs keep every bit).
 
 Each case runs on CPU tensors (the C++ checks) and, where the check depends neither on
-memory layout nor on index values, on meta tensors too (the fake kernels, used by
+memory layout nor on index values, on meta tensors too (the Meta kernels, used by
 torch.compile tracing). Unsupported features raise NotImplementedError starting with
 "rvv_ops: unsupported: " on both.
 """
@@ -106,7 +106,7 @@ class Bad:
     mutate: Mutation
     exc: type[Exception]
     words: tuple[str, ...]  # in the message: the argument's name and its bad value
-    fake_too: bool = True  # the fake kernel checks it as well (layout- and value-free)
+    fake_too: bool = True  # the Meta kernel checks it as well (layout- and value-free)
 
 
 DEC = ("decode", "decode_int8")
@@ -547,7 +547,7 @@ def test_new_token_entries_unread_with_k_extend() -> None:
 
 
 def test_mixed_devices() -> None:
-    # A meta tensor among the arguments routes the call to the fake kernel.
+    # A meta tensor among the arguments routes the call to the Meta kernel.
     args = base("decode", "cpu")
     args["query"] = args["query"].to("meta")
     with pytest.raises(ValueError, match="k_cache is on device cpu; expected query's device meta"):

@@ -2,7 +2,7 @@
 
 opcheck runs each op for real several times (so the ops must be idempotent: decode writes
 the same K/V again) and through FakeTensor / AOT autograd with dynamic shapes, checking the
-schema (what is written, what aliases), the fake kernels and the autograd registration.
+schema (what is written, what aliases), the Meta kernels and the autograd registration.
 """
 
 from __future__ import annotations

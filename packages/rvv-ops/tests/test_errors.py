@@ -1,7 +1,7 @@
 """Every bad input raises the documented exception type, naming the argument and its value.
 
 Each case runs on CPU tensors (the C++ checks) and, where the check does not depend on
-memory layout, on meta tensors too (the fake kernels, used by torch.compile tracing).
+memory layout, on meta tensors too (the Meta kernels, used by torch.compile tracing).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class Bad:
     args: Callable[[str], tuple[Any, ...]]  # device -> arguments
     exc: type[Exception]
     words: tuple[str, ...]  # in the message: the argument's name and its bad value
-    fake_too: bool = True  # the fake kernel checks it as well
+    fake_too: bool = True  # the Meta kernel checks it as well
 
 
 def t(*shape: int, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Tensor:
@@ -245,7 +245,7 @@ def test_bad_input_fake(name: str) -> None:
 
 
 def test_mixed_devices() -> None:
-    # A meta tensor among the arguments routes the call to the fake kernel.
+    # A meta tensor among the arguments routes the call to the Meta kernel.
     with pytest.raises(ValueError, match="weight is on device cpu; expected input's device meta"):
         RMS(t(4, 8, device="meta"), t(8), 1e-6)
     with pytest.raises(ValueError, match="residual is on device cpu"):

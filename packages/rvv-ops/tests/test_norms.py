@@ -184,7 +184,7 @@ def test_opcheck(name: str) -> None:
 
 
 BF16, F64, I32 = torch.bfloat16, torch.float64, torch.int32
-# name -> (op, device -> arguments, exception, words in the message, fake kernel checks it too)
+# name -> (op, device -> arguments, exception, words in the message, Meta kernel checks it too)
 BAD: dict[str, tuple[Any, Any, type[Exception], tuple[str, ...], bool]] = {
     "ln input float64": (
         LAYERNORM,

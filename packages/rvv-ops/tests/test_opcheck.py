@@ -1,7 +1,7 @@
 """torch.library.opcheck on sample inputs of every dtype and layout.
 
 opcheck runs the op for real and through FakeTensor / AOT autograd with dynamic shapes,
-checking the schema (what is mutated, what aliases), the fake kernels' shapes, dtypes
+checking the schema (what is mutated, what aliases), the Meta kernels' shapes, dtypes
 and strides against the real ones, and the autograd registration.
 """
 

@@ -173,7 +173,7 @@ def _rope_args(
 
 
 F64, BF16, F16 = torch.float64, torch.bfloat16, torch.float16
-# name -> (device -> arguments, exception, words in the message, fake kernel checks it too)
+# name -> (device -> arguments, exception, words in the message, Meta kernel checks it too)
 BAD: dict[str, tuple[Any, type[Exception], tuple[str, ...], bool]] = {
     "positions float": (
         lambda d: _rope_args(d, pos=torch.zeros(3, device=d)),

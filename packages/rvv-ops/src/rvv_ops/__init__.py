@@ -9,15 +9,18 @@ Importing this package loads ``rvv_ops/_C.so``, which registers
   ``extend_attention_cpu`` (22 arguments): attention over SGLang's indexed KV cache
   (activations' dtype or fp8), plus ``decode_attention_int8_cpu`` and
   ``extend_attention_int8_cpu`` for INT8 caches with per-token scales
-- model-layer ops (see ``rvv_ops.layers``): ``gemma_rmsnorm_cpu``,
-  ``gemma_fused_add_rmsnorm_cpu``, ``layernorm_cpu``, ``silu_and_mul_cpu``,
-  ``gelu_and_mul_cpu``, ``gelu_tanh_and_mul_cpu``, ``rotary_embedding_cpu``
+- model-layer ops: ``gemma_rmsnorm_cpu``, ``gemma_fused_add_rmsnorm_cpu`` (see
+  ``rvv_ops.rmsnorm``), ``layernorm_cpu`` (``rvv_ops.layernorm``), ``silu_and_mul_cpu``,
+  ``gelu_and_mul_cpu``, ``gelu_tanh_and_mul_cpu`` (``rvv_ops.activation``),
+  ``rotary_embedding_cpu`` (``rvv_ops.rotary``)
 - linear layers (see ``rvv_ops.linear``): ``convert_weight_packed``,
   ``weight_packed_linear``, ``per_token_quant_int8_cpu``, ``int8_scaled_mm_cpu``,
   ``int8_scaled_mm_with_quant``
 
-with SGLang's names and arguments, so SGLang's CPU code paths find them, plus fake
-kernels for torch.compile. The kernels are rvv-kernels': RVV 1.0 (with or without Zvfh)
+with SGLang's names and arguments, so SGLang's CPU code paths find them, plus Meta
+kernels (the checks that need no data, then empty outputs) for fake tensors and
+torch.compile. Each ``rvv_ops.<module>`` holds the typed wrappers of ``csrc/<module>.cpp``;
+``csrc/ops.def`` lists every op. The kernels are rvv-kernels': RVV 1.0 (with or without Zvfh)
 on riscv64, chosen at run time for the CPU, portable C++ elsewhere.
 
 Import fails with ImportError, before anything is registered, if the library was built
@@ -29,33 +32,24 @@ names a variant that cannot be used here.
 from __future__ import annotations
 
 from rvv_ops._library import BuildInfo, CpuInfo, build_info, load_library, set_variant
+from rvv_ops.activation import gelu_and_mul, gelu_tanh_and_mul, silu_and_mul
 from rvv_ops.attention import (
     UNSUPPORTED,
     decode_attention,
     decode_attention_int8,
     extend_attention,
     extend_attention_int8,
-    register_attention_fakes,
 )
-from rvv_ops.layers import (
-    gelu_and_mul,
-    gelu_tanh_and_mul,
-    gemma_fused_add_rmsnorm,
-    gemma_rmsnorm,
-    layernorm,
-    register_layer_fakes,
-    rotary_embedding,
-    silu_and_mul,
-)
+from rvv_ops.layernorm import layernorm
 from rvv_ops.linear import (
     convert_weight_packed,
     int8_scaled_mm,
     int8_scaled_mm_with_quant,
     per_token_quant_int8,
-    register_linear_fakes,
     weight_packed_linear,
 )
-from rvv_ops.ops import fused_add_rmsnorm, register_fakes, rmsnorm
+from rvv_ops.rmsnorm import fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, rmsnorm
+from rvv_ops.rotary import rotary_embedding
 
 __all__ = [
     "UNSUPPORTED",
@@ -86,7 +80,3 @@ __all__ = [
 __version__ = "0.1.0"
 
 load_library()
-register_fakes()
-register_attention_fakes()
-register_layer_fakes()
-register_linear_fakes()

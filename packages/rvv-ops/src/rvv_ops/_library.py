@@ -7,37 +7,12 @@ import json
 import os
 import platform
 from pathlib import Path
+from types import ModuleType
 from typing import TypedDict, cast
 
 import torch
 
 LIBRARY = Path(__file__).resolve().with_name("_C.so")
-
-# Every op _C.so defines (csrc/register.cpp). A definition that already exists when the
-# library loads makes torch throw inside its static initializers, which aborts the process.
-DEFINED_OPS = (
-    "sgl_kernel::rmsnorm_cpu",
-    "sgl_kernel::fused_add_rmsnorm_cpu",
-    "sgl_kernel::gemma_rmsnorm_cpu",
-    "sgl_kernel::gemma_fused_add_rmsnorm_cpu",
-    "sgl_kernel::layernorm_cpu",
-    "sgl_kernel::silu_and_mul_cpu",
-    "sgl_kernel::gelu_and_mul_cpu",
-    "sgl_kernel::gelu_tanh_and_mul_cpu",
-    "sgl_kernel::rotary_embedding_cpu",
-    "sgl_kernel::decode_attention_cpu",
-    "sgl_kernel::extend_attention_cpu",
-    "sgl_kernel::decode_attention_int8_cpu",
-    "sgl_kernel::extend_attention_int8_cpu",
-    "sgl_kernel::convert_weight_packed",
-    "sgl_kernel::weight_packed_linear",
-    "sgl_kernel::per_token_quant_int8_cpu",
-    "sgl_kernel::int8_scaled_mm_cpu",
-    "sgl_kernel::int8_scaled_mm_with_quant",
-    "rvv_ops::build_info",
-    "rvv_ops::set_variant",
-    "rvv_ops::packed_weight_cols",
-)
 
 
 class CpuInfo(TypedDict):
@@ -91,14 +66,7 @@ def load_library() -> None:
     version, if another library already defines one of its ops, or if
     ``RVVK_VARIANT`` names a kernel variant that cannot be used.
     """
-    try:
-        info = importlib.import_module("rvv_ops._build_info")
-    except ModuleNotFoundError:
-        raise ImportError(
-            f"rvv_ops: {LIBRARY.parent / '_build_info.py'} is missing: this is a source tree, "
-            "not a built package. Install it with "
-            "`pip install --no-build-isolation packages/rvv-ops`."
-        ) from None
+    info = _generated()
     check_build_matches(str(info.TORCH_VERSION), str(info.TARGET_ARCH))
     if os.path.realpath(LIBRARY) not in torch.ops.loaded_libraries:
         _check_no_existing_definitions()
@@ -136,8 +104,28 @@ def _major_minor(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
 
 
+def _generated() -> ModuleType:
+    """rvv_ops/_build_info.py, which the build generates next to _C.so."""
+    try:
+        return importlib.import_module("rvv_ops._build_info")
+    except ModuleNotFoundError:
+        raise ImportError(
+            f"rvv_ops: {LIBRARY.parent / '_build_info.py'} is missing: this is a source tree, "
+            "not a built package. Install it with "
+            "`pip install --no-build-isolation packages/rvv-ops`."
+        ) from None
+
+
+def defined_ops() -> tuple[str, ...]:
+    """Every op _C.so defines ("sgl_kernel::rmsnorm_cpu", ...): the names of csrc/ops.def,
+    which the build writes into _build_info.py."""
+    return tuple(str(name) for name in _generated().DEFINED_OPS)
+
+
 def _check_no_existing_definitions() -> None:
-    for name in DEFINED_OPS:
+    # A definition that already exists when the library loads makes torch throw inside its
+    # static initializers, which aborts the process.
+    for name in defined_ops():
         try:
             handle = torch._C._dispatch_find_schema_or_throw(name, "")
         except RuntimeError:
@@ -165,10 +153,9 @@ def build_info() -> BuildInfo:
     from rvv_ops import __version__
 
     native = json.loads(torch.ops.rvv_ops.build_info.default())
-    info = importlib.import_module("rvv_ops._build_info")
     return cast(
         BuildInfo,
-        {"version": __version__, "target_arch": str(info.TARGET_ARCH), **native},
+        {"version": __version__, "target_arch": str(_generated().TARGET_ARCH), **native},
     )
 
 

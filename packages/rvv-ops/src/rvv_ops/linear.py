@@ -1,4 +1,4 @@
-"""Typed wrappers over the linear-layer ops (GEMM and W8A8 int8), and their fake kernels.
+"""Typed wrappers over the linear-layer ops (csrc/linear.cpp: GEMM and W8A8 int8).
 
 The ops keep the names and arguments SGLang 0.5.23's CPU code calls
 (``srt/layers/amx_utils.py``, ``quantization/unquant.py``, ``quantization/w8a8_int8.py``,
@@ -21,14 +21,8 @@ argument, its value and what was expected.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import torch
 from torch import Tensor
-
-_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
-_FLOAT_NAMES = "torch.float32, torch.bfloat16 or torch.float16"
 
 
 def convert_weight_packed(weight: Tensor) -> Tensor:
@@ -112,120 +106,3 @@ def int8_scaled_mm_with_quant(
         x, weight, scales_w, bias, x.dtype if out_dtype is None else out_dtype, is_packed
     )
     return out
-
-
-# Fake kernels: shapes and dtypes, and the checks that need no data.
-
-
-def _cpu(op: str, arg: str, t: Tensor) -> None:
-    if t.device.type not in ("cpu", "meta"):
-        raise ValueError(f"{op}: {arg} is on device {t.device}; expected a CPU tensor")
-
-
-def _dtype(op: str, arg: str, t: Tensor, allowed: tuple[torch.dtype, ...], names: str) -> None:
-    if t.dtype not in allowed:
-        raise TypeError(f"{op}: {arg} has dtype {t.dtype}; expected {names}")
-
-
-def _two_d(op: str, arg: str, t: Tensor, what: str) -> None:
-    _cpu(op, arg, t)
-    if t.dim() != 2:
-        raise ValueError(
-            f"{op}: {arg} is {t.dim()}-d (shape {list(t.shape)}); expected a 2-D tensor {what}"
-        )
-
-
-def _convert_weight_packed_fake(weight: Tensor) -> Tensor:
-    op = "convert_weight_packed"
-    _two_d(op, "weight", weight, "[N, K] (output channels x input channels)")
-    _dtype(op, "weight", weight, (*_FLOATS, torch.int8), _FLOAT_NAMES + " or torch.int8")
-    n, k = weight.shape
-    cols = torch.ops.rvv_ops.packed_weight_cols.default(int(n), int(k), weight.dtype)
-    return weight.new_empty((n, cols))
-
-
-def _weight_packed_linear_fake(
-    mat1: Tensor, mat2: Tensor, bias: Tensor | None, is_vnni: bool
-) -> Tensor:
-    op = "weight_packed_linear"
-    _two_d(op, "mat1", mat1, "[M, K] (SGLang flattens leading dimensions first)")
-    _dtype(op, "mat1", mat1, _FLOATS, _FLOAT_NAMES)
-    _cpu(op, "mat2", mat2)
-    _dtype(op, "mat2", mat2, _FLOATS, _FLOAT_NAMES)
-    if mat2.dim() != 2:
-        raise ValueError(f"{op}: mat2 is {mat2.dim()}-d; expected a 2-D tensor")
-    if bias is not None:
-        _dtype(op, "bias", bias, _FLOATS, _FLOAT_NAMES)
-    return mat1.new_empty((mat1.shape[0], mat2.shape[0]))
-
-
-def _per_token_quant_int8_fake(A: Tensor) -> tuple[Tensor, Tensor]:
-    op = "per_token_quant_int8_cpu"
-    _two_d(op, "A", A, "[M, K]")
-    _dtype(op, "A", A, _FLOATS, _FLOAT_NAMES)
-    return (
-        A.new_empty(A.shape, dtype=torch.int8),
-        A.new_empty((A.shape[0],), dtype=torch.float32),
-    )
-
-
-def _int8_out(op: str, mat1: Tensor, mat2: Tensor, out_dtype: torch.dtype) -> Tensor:
-    _cpu(op, "mat2", mat2)
-    _dtype(op, "mat2", mat2, (torch.int8,), "torch.int8")
-    if out_dtype not in _FLOATS:
-        raise TypeError(f"{op}: out_dtype is {out_dtype}; expected {_FLOAT_NAMES}")
-    if mat2.dim() != 2:
-        raise ValueError(f"{op}: mat2 is {mat2.dim()}-d; expected a 2-D tensor")
-    return mat1.new_empty((mat1.shape[0], mat2.shape[0]), dtype=out_dtype)
-
-
-def _int8_scaled_mm_fake(
-    mat1: Tensor,
-    mat2: Tensor,
-    scales1: Tensor,
-    scales2: Tensor,
-    bias: Tensor | None,
-    out_dtype: torch.dtype,
-    is_vnni: bool,
-) -> Tensor:
-    op = "int8_scaled_mm_cpu"
-    _two_d(op, "mat1", mat1, "[M, K] of int8")
-    _dtype(op, "mat1", mat1, (torch.int8,), "torch.int8")
-    _dtype(op, "scales1", scales1, (torch.float32,), "torch.float32")
-    _dtype(op, "scales2", scales2, (torch.float32,), "torch.float32")
-    return _int8_out(op, mat1, mat2, out_dtype)
-
-
-def _int8_scaled_mm_with_quant_fake(
-    mat1: Tensor,
-    mat2: Tensor,
-    scales2: Tensor,
-    bias: Tensor | None,
-    out_dtype: torch.dtype,
-    is_vnni: bool,
-) -> Tensor:
-    op = "int8_scaled_mm_with_quant"
-    _two_d(op, "mat1", mat1, "[M, K] (SGLang flattens leading dimensions first)")
-    _dtype(op, "mat1", mat1, _FLOATS, _FLOAT_NAMES)
-    _dtype(op, "scales2", scales2, (torch.float32,), "torch.float32")
-    return _int8_out(op, mat1, mat2, out_dtype)
-
-
-_fakes_registered = False
-
-
-def register_linear_fakes() -> None:
-    """Registers the fake kernels (once per process; torch 2.6 refuses a second time)."""
-    global _fakes_registered
-    if _fakes_registered:
-        return
-    fakes: dict[str, Callable[..., Any]] = {
-        "convert_weight_packed": _convert_weight_packed_fake,
-        "weight_packed_linear": _weight_packed_linear_fake,
-        "per_token_quant_int8_cpu": _per_token_quant_int8_fake,
-        "int8_scaled_mm_cpu": _int8_scaled_mm_fake,
-        "int8_scaled_mm_with_quant": _int8_scaled_mm_with_quant_fake,
-    }
-    for name, fake in fakes.items():
-        torch.library.register_fake(f"sgl_kernel::{name}", fake)
-    _fakes_registered = True

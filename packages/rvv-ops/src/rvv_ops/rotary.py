@@ -1,0 +1,37 @@
+"""Typed wrapper over ``rotary_embedding_cpu`` (csrc/rotary.cpp), as SGLang 0.5.23's CPU
+code calls it (``srt/layers/rotary_embedding/base.py``).
+
+A wrong dtype raises TypeError, any other bad argument ValueError, naming the op, the
+argument, its value and what was expected.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def rotary_embedding(
+    positions: Tensor,
+    query: Tensor,
+    key: Tensor,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """Rotary position embedding of ``query`` and ``key``; returns rotated copies.
+
+    Calls ``torch.ops.sgl_kernel.rotary_embedding_cpu``. ``positions`` (int64 or int32,
+    ``[tokens]``) index rows of ``cos_sin_cache [max_position, rotary_dim]`` (cos half, then
+    sin half; fp32 or the query's dtype). ``query`` and ``key`` are ``[tokens, heads *
+    head_size]`` or ``[tokens, heads, head_size]`` (each its own head count, the same
+    dtype: fp32, bf16 or fp16, contiguous last dimension). In each head the first
+    ``rotary_dim`` elements are rotated - neox pairs ``j`` with ``j + rotary_dim / 2``,
+    GPT-J (``is_neox=False``) ``2j`` with ``2j + 1`` - and the rest are copied. A position
+    outside ``[0, max_position)`` raises ValueError. The outputs are new contiguous tensors
+    of the inputs' shapes; ``query`` and ``key`` are not modified.
+    """
+    q, k = torch.ops.sgl_kernel.rotary_embedding_cpu.default(
+        positions, query, key, head_size, cos_sin_cache, is_neox
+    )
+    return q, k
