@@ -418,9 +418,7 @@ def startup_summary(model_runner: Any, pool: Any, huge_pages: str) -> str:
             f"{' Zvfh' if caps.zvfh else ''}, {caps.threads} threads"
         )
     try:
-        cases = attention_cases(
-            getattr(model_runner, "model", None), pool, getattr(model_runner, "dtype", None)
-        )
+        cases = attention_cases(getattr(model_runner, "model", None), pool, model_runner.dtype)
         fallback = fallback_summary(cases) if cases else "no attention layers found"
     except Exception as e:  # a summary must never stop the server from starting
         fallback = f"unknown ({type(e).__name__}: {e})"
