@@ -250,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
              f"ops {e['ops']}")  # fmt: skip
         for r in e["results"]:
             _log(f"  {r['prompt']!r} -> {r['text']!r} {r['output_ids']}")
-    _log(f"shims active in the guest: {json.dumps(report['shims'])}")
+    _log(f"sglang-rvv compat rows active in the guest: {json.dumps(report['compat'])}")
     problems = check(report, args.max_new_tokens)
     if server is not None:
         _log(f"launch_server: {server}")

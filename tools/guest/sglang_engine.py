@@ -99,8 +99,8 @@ def main() -> int:
     t0 = time.monotonic()
     _progress(f"python {platform.python_version()} on {platform.machine()}: importing sglang")
     import sglang  # noqa: F401
-    import sglang_rvv.riscv64 as shims
     import torch
+    from sglang_rvv import compat
 
     _progress(f"imported sglang (torch {torch.__version__}) in {time.monotonic() - t0:.0f} s")
     report: dict[str, Any] = {
@@ -113,7 +113,7 @@ def main() -> int:
         report["engines"].append(
             run_engine(a.model, backend, a.prompt or list(PROMPTS), a.max_new_tokens)
         )
-    report["shims"] = dict(shims.ACTIVE)
+    report["compat"] = dict(compat.ACTIVE)
     report["wall_s"] = round(time.monotonic() - t0, 1)
     a.out.write_text(json.dumps(report, indent=1))
     _progress(f"wrote {a.out} ({report['wall_s']} s)")

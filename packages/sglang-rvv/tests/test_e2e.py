@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 from sglang_rvv import demo, layers
+from sglang_rvv.compat import quiet
 from sglang_rvv.serve import server_command, stop_group, wait_healthy
 
 MAX_TOKENS = 24
@@ -71,6 +72,8 @@ class Results:
     after_abort: Completion | None = None
     abort_chunks: int = 0
     stats: dict[str, int] = field(default_factory=dict)
+    log: str = ""
+    """The server's output up to the end of the workload (before it was stopped)."""
 
 
 def _free_port() -> int:
@@ -130,7 +133,7 @@ def run_server(model: Path, backend: str, *, routed: bool, tmp: Path) -> Results
     env["SGLANG_RVV_LAYERS"] = "1" if routed else "0"
     stats_dir = tmp / f"stats-{backend}-{int(routed)}"
     env["SGLANG_RVV_LAYER_STATS"] = str(stats_dir)
-    # serve.py's command line (CPU device, host, --max-total-tokens, no warm-up) plus ours.
+    # serve.py's command line (CPU device, host, --max-total-tokens) plus ours.
     cmd = server_command(
         [
             "--attention-backend", backend,
@@ -166,6 +169,7 @@ def run_server(model: Path, backend: str, *, routed: bool, tmp: Path) -> Results
             res.abort_chunks = _abort_one(url)
             res.after_abort = _complete(client, prompts[5])
             time.sleep(1.5)  # let the scheduler flush its op counts
+            res.log = log.read_text(errors="replace")
         finally:
             stop_group(proc)
     layers.flush_stats()
@@ -259,3 +263,26 @@ def test_routed_layers_same_outputs_and_op_calls(served: Any) -> None:
         assert stats.get("attention decode:kernel", 0) > 0, stats
         assert stats.get("attention extend:kernel", 0) > 0, stats
         assert not [op for op in stats if op.endswith(":fallback")], stats
+
+
+SUMMARY = "sglang-rvv: attention rvv on "
+
+
+@pytest.mark.parametrize("routed", [False, True])
+def test_startup_log_is_clean_and_says_what_runs_where(served: Any, routed: bool) -> None:
+    import rvv_ops
+
+    log = served("qwen2", "rvv", routed).log
+    assert "Traceback" not in log, log[-6000:]
+    summary = [line for line in log.splitlines() if SUMMARY in line]
+    assert len(summary) == 1, f"expected one start-up summary line, got {summary}"
+    line = summary[0]
+    print(f"[e2e] {line}")
+    assert f"kernels {rvv_ops.build_info()['active_variant']}" in line
+    assert "torch fallback: none" in line
+    assert ("layers on RVV ops: RMSNorm" in line) is routed
+    assert "compat: " in line and "sgl_kernel" in line
+    # The SGLang messages sglang-rvv quiets on the CPU engine (each with its reason).
+    for q in quiet.QUIET:
+        assert q.test.endswith(test_startup_log_is_clean_and_says_what_runs_where.__name__)
+        assert q.message not in log, f"{q.message!r} ({q.source}) is still in the log"

@@ -183,3 +183,26 @@ def test_torch_compile_is_refused_clearly() -> None:
     runner = SimpleNamespace(device="cpu", server_args=SimpleNamespace(enable_torch_compile=True))
     with pytest.raises(ValueError, match="--enable-torch-compile is not supported"):
         RVVAttnBackend(runner)  # type: ignore[arg-type]
+
+
+def test_startup_summary_names_what_falls_back_and_why() -> None:
+    from collections import Counter
+
+    import torch
+    from sglang_rvv.backend import fallback_summary
+
+    bf16 = torch.bfloat16
+    plain = frozenset({"kv_write"})
+    cross = frozenset({"cross_attention", "encoder_lens"})
+    assert fallback_summary(Counter({("decode", bf16, bf16, 64, 64, plain): 4})) == "none"
+    summary = fallback_summary(
+        Counter(
+            {
+                ("decode", bf16, bf16, 64, 64, plain): 4,
+                ("extend", bf16, bf16, 64, 64, cross): 3,
+            }
+        )
+    )
+    assert summary == (
+        "extend of 3 layers: the kernel does not support cross_attention, encoder_lens"
+    )

@@ -1,4 +1,4 @@
-"""sglang_rvv.riscv64 and the riscv64 platform plugin.
+"""sglang_rvv.compat's riscv64 rows and the riscv64 platform plugin.
 
 On this x86-64 host: the shims stay off (nothing of them activates where it is not needed),
 each shim does what it says on fakes, and SGLang's offline Engine runs in a *simulated*
@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sglang_rvv import demo, platform, riscv64
+from sglang_rvv import compat, demo, platform
+from sglang_rvv.compat import sglang_checks
 
 REPO = Path(__file__).resolve().parents[3]
 SIM_PATH = Path(__file__).resolve().parent / "riscv64_sim_path"
@@ -47,22 +48,24 @@ def _sim_env(**extra: str) -> dict[str, str]:
         for k, v in os.environ.items()
         if k not in ("PYTHONPATH", "SGLANG_USE_CPU_ENGINE", "USE_LIBUV")
     }
-    env.update({riscv64.ENV: "1", "PYTHONPATH": str(SIM_PATH), **extra})
+    env.update({compat.ENV_RISCV64: "1", "PYTHONPATH": str(SIM_PATH), **extra})
     return env
 
 
-def test_nothing_activates_on_x86() -> None:
-    env = {k: v for k, v in os.environ.items() if k != riscv64.ENV}
+def test_nothing_of_riscv64_activates_on_x86() -> None:
+    env = {k: v for k, v in os.environ.items() if k != compat.ENV_RISCV64}
     out = _python(
         """
         import json, sys
         import torch
+        import sgl_kernel
         import sglang.srt.utils.common as common
-        from sglang_rvv import platform, riscv64
+        from sglang_rvv import compat, platform
         print(json.dumps({
-            "needed": riscv64.needed(),
-            "active": riscv64.ACTIVE,
-            "finders": [type(f).__name__ for f in sys.meta_path],
+            "riscv64": compat.riscv64(),
+            "active": sorted(compat.ACTIVE),
+            "stand_ins": [n for n in ("triton", "tvm_ffi", "xgrammar")
+                          if compat.FINDER.stand_in_spec(n) is not None],
             "dtype": str(torch.float8_e8m0fnu),
             "accelerator_patched": hasattr(torch.accelerator.current_accelerator, "_sglang_rvv"),
             "is_cpu_patched": hasattr(common.is_cpu, "_sglang_rvv"),
@@ -71,11 +74,11 @@ def test_nothing_activates_on_x86() -> None:
         """,
         env,
     )
-    got = json.loads(out)
-    assert got == {
-        "needed": False,
-        "active": {},
-        "finders": [f for f in got["finders"] if f != "StandInFinder"],
+    everywhere = sorted(g.patched for g in compat.GAPS if not g.riscv64_only)
+    assert json.loads(out) == {
+        "riscv64": False,
+        "active": everywhere,
+        "stand_ins": [],
         "dtype": "torch.float8_e8m0fnu",
         "accelerator_patched": False,
         "is_cpu_patched": False,
@@ -89,8 +92,8 @@ def test_nothing_activates_on_x86() -> None:
 def test_needed_follows_the_variable(
     monkeypatch: pytest.MonkeyPatch, value: str, expected: bool
 ) -> None:
-    monkeypatch.setenv(riscv64.ENV, value)
-    assert riscv64.needed() is expected
+    monkeypatch.setenv(compat.ENV_RISCV64, value)
+    assert compat.riscv64() is expected
     assert platform.activate() == (platform.PLATFORM if expected else None)
 
 
@@ -105,7 +108,8 @@ def test_stand_ins_in_the_simulation() -> None:
         import tvm_ffi
         from tvm_ffi.module import Module
         import xgrammar
-        from sglang_rvv import riscv64
+        from sglang_rvv import compat
+        from sglang_rvv.compat import stand_ins
 
         @triton.autotune(configs=[triton.Config({"BLOCK": 16})], key=["n"])
         @triton.jit
@@ -118,7 +122,7 @@ def test_stand_ins_in_the_simulation() -> None:
         try:
             kernel[(1,)](1)
             launched = "no error"
-        except riscv64.StandInError as e:
+        except stand_ins.StandInError as e:
             launched = str(e)
 
         class M(pydantic.BaseModel):
@@ -129,7 +133,7 @@ def test_stand_ins_in_the_simulation() -> None:
             "bool": bool(triton), "launched": launched, "sub": Sub.__mro__[1].__name__,
             "module": repr(Module), "tvm": tvm_ffi.__version__,
             "model": M(tag={"any": 1}).tag,
-            "active": sorted(riscv64.ACTIVE),
+            "active": sorted(compat.ACTIVE),
         }))
         """,
         _sim_env(),
@@ -139,7 +143,17 @@ def test_stand_ins_in_the_simulation() -> None:
     assert "kernel 'kernel' was launched" in got["launched"] and "stand-in" in got["launched"]
     assert got["sub"] == "JITFunction" and got["model"] == {"any": 1}
     assert got["tvm"].endswith("sglang-rvv-stand-in")
-    assert {"triton stand-in", "tvm_ffi stand-in", "xgrammar stand-in"} <= set(got["active"])
+    assert {"triton", "tvm_ffi", "xgrammar"} <= set(got["active"])
+
+
+def _apply_rows(target: str, module: Any) -> list[str]:
+    """Runs the riscv64 rows that patch ``target`` on ``module``; what they changed."""
+    done = []
+    for gap in compat.GAPS:
+        riscv64_row = gap.riscv64_only and gap.target == target and gap.patch is not None
+        if riscv64_row and gap.patch(module):  # type: ignore[misc]
+            done.append(gap.patched)
+    return done
 
 
 def test_torch_gaps_are_filled_only_where_missing() -> None:
@@ -154,20 +168,22 @@ def test_torch_gaps_are_filled_only_where_missing() -> None:
         float4_e2m1fn_x2="real",
         accelerator=types.SimpleNamespace(current_accelerator=current_accelerator),
     )
-    patched = riscv64.patch_torch(fake)  # type: ignore[arg-type]
-    assert patched == ["torch.float8_e8m0fnu", "torch.accelerator.current_accelerator"]
+    assert _apply_rows("torch", fake) == [
+        "torch.float8_e8m0fnu",
+        "torch.accelerator.current_accelerator",
+    ]
     assert fake.float4_e2m1fn_x2 == "real"
     placeholder = fake.float8_e8m0fnu  # type: ignore[attr-defined]
     assert placeholder.itemsize == 1 and placeholder != "float8_e8m0fnu"
     assert "missing from torch 2.6.0+debian" in repr(placeholder)
     assert fake.accelerator.current_accelerator(check_available=True) is None
     assert fake.accelerator.current_accelerator() is None and calls == ["called", "called"]
-    assert riscv64.patch_torch(fake) == []  # type: ignore[arg-type]
+    assert _apply_rows("torch", fake) == []
 
     import torch
 
     before = torch.accelerator.current_accelerator
-    assert riscv64.patch_torch(torch) == []  # torch 2.14 has everything
+    assert _apply_rows("torch", torch) == []  # torch 2.14 has everything
     assert torch.accelerator.current_accelerator is before
 
 
@@ -181,16 +197,16 @@ def test_symbolic_shapes_guards() -> None:
 
     module = types.ModuleType("fake_symbolic_shapes")
     module.GuardOnDataDependentSymNode = DataDependent  # type: ignore[attr-defined]
-    assert riscv64.patch_symbolic_shapes(module) == [
-        f"{riscv64.SYMBOLIC_SHAPES}.guard_or_false",
-        f"{riscv64.SYMBOLIC_SHAPES}.guard_or_true",
+    assert _apply_rows(compat.SYMBOLIC_SHAPES, module) == [
+        f"{compat.SYMBOLIC_SHAPES}.guard_or_false",
+        f"{compat.SYMBOLIC_SHAPES}.guard_or_true",
     ]
     g_false, g_true = module.guard_or_false, module.guard_or_true  # type: ignore[attr-defined]
     assert (g_false(True), g_false(0), g_true(False), g_true(1)) == (True, False, False, True)
     assert (g_false(Unknown()), g_true(Unknown())) == (False, True)
     with pytest.raises(ZeroDivisionError):
         g_false(_Raises())
-    assert riscv64.patch_symbolic_shapes(module) == []
+    assert _apply_rows(compat.SYMBOLIC_SHAPES, module) == []
 
 
 class _Raises:
@@ -201,11 +217,13 @@ class _Raises:
 def test_is_cpu_patch(monkeypatch: pytest.MonkeyPatch) -> None:
     module = types.ModuleType("fake_common")
     module.is_cpu = lambda: False  # type: ignore[attr-defined]
-    assert riscv64.patch_is_cpu(module)
+    assert sglang_checks.wrap_is_cpu(module)
     monkeypatch.setenv("SGLANG_USE_CPU_ENGINE", "1")
     assert module.is_cpu() is True  # type: ignore[attr-defined]
-    assert riscv64.patch_is_cpu(module)  # idempotent
-    assert not riscv64.patch_is_cpu(types.ModuleType("no_is_cpu"))
+    wrapped = module.is_cpu  # type: ignore[attr-defined]
+    assert sglang_checks.wrap_is_cpu(module) is None  # once
+    assert module.is_cpu is wrapped  # type: ignore[attr-defined]
+    assert sglang_checks.wrap_is_cpu(types.ModuleType("no_is_cpu")) is None
 
 
 def test_platform_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -246,18 +264,8 @@ def test_engine_in_the_riscv64_simulation(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
     report = json.loads(out.read_text())
     assert _harness().check(report, 16) == []
-    assert {
-        "SGLANG_USE_CPU_ENGINE=1",
-        "USE_LIBUV=0",
-        "sglang is_cpu()",
-        "triton stand-in",
-        "tvm_ffi stand-in",
-        "xgrammar stand-in",
-        "torch.float8_e8m0fnu",
-        "torch.float4_e2m1fn_x2",
-        "torch.accelerator.current_accelerator",
-        "torch guard_or_false",
-        "torch guard_or_true",
-    } <= set(report["shims"])
+    # every riscv64 row of the table was needed in the simulation, and applied
+    riscv64_rows = {g.patched for g in compat.GAPS if g.riscv64_only}
+    assert riscv64_rows <= set(report["compat"]), riscv64_rows - set(report["compat"])
     rvv = report["engines"][0]
     print("riscv64 simulation:", [r["text"] for r in rvv["results"]], rvv["ops"])

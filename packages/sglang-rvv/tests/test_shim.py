@@ -1,4 +1,6 @@
-"""The ``sgl_kernel`` stand-in (shims/sgl_kernel.py) and the hook that serves it."""
+"""The ``sgl_kernel`` stand-in (compat/sgl_kernel.py), how it is served, and the AMX-check
+wrap that goes with it (rows ``sgl_kernel`` and ``..._is_intel_amx_backend_available`` of
+sglang_rvv.compat's table)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import sglang_rvv._bootstrap as bootstrap
 import torch
+from sglang_rvv import compat
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -25,16 +27,6 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_hook_is_installed_at_interpreter_start() -> None:
-    # The .pth file of the installed wheel runs the bootstrap in every interpreter.
-    res = _python(
-        "import sys, sglang_rvv._bootstrap as b;"
-        "print(any(isinstance(f, b.SglKernelShimFinder) for f in sys.meta_path))"
-    )
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "True"
-
-
 def test_shim_serves_sgl_kernel_and_registers_the_ops() -> None:
     res = _python(
         "import sgl_kernel, torch; print(sgl_kernel.RVV_SHIM, sgl_kernel.__file__);"
@@ -42,7 +34,7 @@ def test_shim_serves_sgl_kernel_and_registers_the_ops() -> None:
     )
     assert res.returncode == 0, res.stderr
     first, second = res.stdout.strip().splitlines()
-    assert first.startswith("True ") and first.endswith("shims/sgl_kernel.py")
+    assert first.startswith("True ") and first.endswith("compat/sgl_kernel.py")
     assert second == "True"
 
 
@@ -66,10 +58,10 @@ def test_a_real_sgl_kernel_wins(tmp_path: Path) -> None:
 
 
 def test_finder_ignores_other_names() -> None:
-    finder = bootstrap.SglKernelShimFinder()
+    finder = compat.FINDER
     assert finder.find_spec("sgl_kernel_npu", None) is None
-    assert finder.find_spec("sgl_kernel.flash_attn", None) is None
-    spec = finder.find_spec("sgl_kernel", None)
+    assert finder.stand_in_spec("sgl_kernel.flash_attn") is None
+    spec = finder.stand_in_spec("sgl_kernel")
     assert spec is not None and spec.origin is not None
     assert spec.origin.endswith("sgl_kernel.py")
 

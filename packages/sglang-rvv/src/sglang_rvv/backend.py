@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import rvv_attention as ra
@@ -28,7 +29,7 @@ from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 
-from sglang_rvv import layers
+from sglang_rvv import compat, layers
 
 if TYPE_CHECKING:
     from sglang.srt.layers.radix_attention import RadixAttention
@@ -92,25 +93,15 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
         # This forward pass's req_to_token rows translated to the SWA pool (made on first use).
         self._swa_tables: tuple[torch.Tensor, torch.Tensor] | None = None
         self.max_extend_len = 0
-        caps = ra.capabilities()
-        logger.info(
-            "sglang-rvv: attention backend 'rvv': RVV=%s VLEN=%s Zvfh=%s cores=%s kernels=%s",
-            caps.has_v,
-            caps.vlen,
-            caps.zvfh,
-            caps.cores,
-            caps.kernels,
-        )
+        huge_pages = "off"
         if os.environ.get(ENV_HUGE_PAGES, "1") != "0":
             buffers = kv_buffers(self.token_to_kv_pool)
             hp = ra.advise_huge_pages(*buffers)
-            logger.info(
-                "sglang-rvv: KV cache on 2 MiB pages: %d of %d MiB collapsed%s (%s=0 disables)",
-                hp.collapsed >> 20,
-                sum(b.untyped_storage().nbytes() for b in buffers) >> 20,
-                f"; {hp.reason}" if hp.reason else "",
-                ENV_HUGE_PAGES,
+            total = sum(b.untyped_storage().nbytes() for b in buffers) >> 20
+            huge_pages = f"{hp.collapsed >> 20} of {total} MiB" + (
+                f" ({hp.reason})" if hp.reason else ""
             )
+        logger.info("%s", startup_summary(model_runner, self.token_to_kv_pool, huge_pages))
 
     # ---------------------------------------------------------------- metadata
 
@@ -361,3 +352,79 @@ def _scale(value: float | None) -> float:
 def _window(layer: RadixAttention) -> int | None:
     size = getattr(layer, "sliding_window_size", -1)
     return None if size is None or size < 0 else int(size)
+
+
+# ------------------------------------------------------------------ start-up summary
+
+Case = tuple[str, torch.dtype, torch.dtype, int, int, frozenset[str]]
+"""(op, query dtype, KV dtype, head_dim, v_head_dim, rvv-attention features)."""
+
+
+def attention_cases(model: Any, pool: Any, q_dtype: torch.dtype) -> Counter[Case]:
+    """The decode and extend cases the model's attention layers will ask rvv-attention for,
+    with how many layers ask each (features as ``ra.decode`` / ``ra.extend`` derive them)."""
+    from sglang.srt.layers.radix_attention import RadixAttention
+
+    cases: Counter[Case] = Counter()
+    for layer in model.modules() if model is not None else ():
+        if not isinstance(layer, RadixAttention):
+            continue
+        kv_dtype = pool.get_key_buffer(layer.layer_id).dtype
+        _, _, d, dv = _heads(layer)
+        features = set()
+        if _window(layer):
+            features.add("sliding_window")
+        if layer.logit_cap and layer.logit_cap > 0:
+            features.add("logit_cap")
+        if layer.is_cross_attention:
+            features |= {"cross_attention", "encoder_lens"}
+        if kv_dtype in _FP8:
+            features.add("fp8_kv")
+        if d != dv:
+            features.add("mla")
+        causal = not (layer.is_cross_attention or layer.attn_type == AttentionType.ENCODER_ONLY)
+        cases["decode", q_dtype, kv_dtype, d, dv, frozenset(features)] += 1
+        extend = features if causal else features | {"non_causal"}
+        cases["extend", q_dtype, kv_dtype, d, dv, frozenset(extend)] += 1
+    return cases
+
+
+def fallback_summary(cases: Counter[Case]) -> str:
+    """What rvv-attention will run on its torch fallback for ``cases``, and why ("none")."""
+    falls = []
+    for (op, q_dtype, kv_dtype, d, dv, features), n in cases.items():
+        try:
+            sel = ra.select(
+                op, q_dtype=q_dtype, kv_dtype=kv_dtype, head_dim=d, v_head_dim=dv, features=features
+            )
+        except (ra.KernelUnavailableError, ValueError) as e:
+            falls.append(f"{op} of {n} layers: error: {e}")
+            continue
+        if sel.impl.name != "kernel":
+            falls.append(f"{op} of {n} layers: {sel.reason}")
+    return "; ".join(falls) if falls else "none"
+
+
+def startup_summary(model_runner: Any, pool: Any, huge_pages: str) -> str:
+    """One line: the attention kernel variant, what falls back, the routed layers, the KV
+    cache's huge pages and the compat rows active in this process."""
+    caps = ra.capabilities()
+    if caps.kernels is None:
+        kernels = f"no RVV kernels ({caps.kernels_error})"
+    else:
+        vlen = f" VLEN {caps.vlen}" if caps.has_v else ""
+        kernels = (
+            f"kernels {caps.kernels.get('active_variant')}{vlen}"
+            f"{' Zvfh' if caps.zvfh else ''}, {caps.threads} threads"
+        )
+    try:
+        cases = attention_cases(getattr(model_runner, "model", None), pool, model_runner.dtype)
+        fallback = fallback_summary(cases) if cases else "no attention layers found"
+    except Exception as e:  # a summary must never stop the server from starting
+        fallback = f"unknown ({type(e).__name__}: {e})"
+    patched = ", ".join(p.rsplit(".", 1)[-1] for p in compat.ACTIVE) or "nothing"
+    return (
+        f"sglang-rvv: attention rvv on {kernels} | torch fallback: {fallback} | "
+        f"{layers.routing_summary()} | KV cache on 2 MiB pages: {huge_pages} | "
+        f"compat: {patched}"
+    )

@@ -57,6 +57,7 @@ CALLS: Counter[str] = Counter()
 _LINEAR_OPS = ("convert_weight_packed", "weight_packed_linear")
 _last_flush = 0.0
 _enabled: bool | None = None
+_routed: tuple[str, ...] = ()
 
 
 def routing_requested() -> bool:
@@ -345,7 +346,7 @@ LINEAR_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
 
 def maybe_enable() -> bool:
     """Registers the hooks if routing is requested (idempotent); returns whether it is on."""
-    global _enabled
+    global _enabled, _routed
     if _enabled is not None:
         return _enabled
     _enabled = routing_requested()
@@ -365,8 +366,14 @@ def maybe_enable() -> bool:
     for target, hook in hooks:
         HookRegistry.register(target, hook, HookType.AROUND)
     atexit.register(flush_stats)
-    logger.info(
-        "sglang-rvv: model layers routed to the RVV ops (%s)",
-        ", ".join(t.rsplit(".", 2)[-2] for t, _ in hooks),
-    )
+    _routed = tuple(dict.fromkeys(t.rsplit(".", 2)[-2] for t, _ in hooks))
     return True
+
+
+def routing_summary() -> str:
+    """Which SGLang layers this process routes to the RVV ops, or why none (one phrase)."""
+    if _enabled:
+        return f"layers on RVV ops: {', '.join(_routed)}"
+    value = os.environ.get("SGLANG_RVV_LAYERS", "auto").strip().lower()
+    why = "this CPU has no RVV; SGLANG_RVV_LAYERS=1 routes them" if value == "auto" else ""
+    return f"layers on SGLang's torch code (SGLANG_RVV_LAYERS={value}{': ' + why if why else ''})"

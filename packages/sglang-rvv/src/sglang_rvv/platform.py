@@ -3,9 +3,10 @@ riscv64.
 
 SGLang 0.5.23 discovers platforms through this entry-point group; without a plugin it picks
 its generic CPU platform only through ``SGLANG_USE_CPU_ENGINE=1`` and labels the device by
-x86-64/arm64 alone. :func:`activate` answers on riscv64 (see :func:`sglang_rvv.riscv64.needed`)
+x86-64/arm64 alone. :func:`activate` answers on riscv64 (see :func:`sglang_rvv.compat.riscv64`)
 with :class:`RiscvCpuPlatform`, and None everywhere else, so that on other machines SGLang's
-own choice stands.
+own choice stands. This is SGLang's extension point, not a patch (patches are in
+:mod:`sglang_rvv.compat`).
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ import importlib
 import platform as _platform
 from typing import Any
 
-from sglang_rvv import riscv64
+from sglang_rvv import compat
+from sglang_rvv.compat import stand_ins
 
 PLATFORM = "sglang_rvv.platform.RiscvCpuPlatform"
 
 
 def activate() -> str | None:
     """The platform class's qualified name on riscv64, else None."""
-    return PLATFORM if riscv64.needed() else None
+    return PLATFORM if compat.riscv64() else None
 
 
 def apply_defaults(server_args: Any) -> None:
@@ -44,7 +46,7 @@ def _xgrammar_is_stand_in() -> bool:
         xgrammar = importlib.import_module("xgrammar")
     except ImportError:
         return True
-    return isinstance(xgrammar, riscv64.StandInModule)
+    return isinstance(xgrammar, stand_ins.StandInModule)
 
 
 def _platform_class() -> type:

@@ -1,10 +1,14 @@
 """``python -m sglang_rvv.serve``: SGLang with ``--attention-backend rvv``, ready to query.
 
 Without ``--model-path`` it serves the bundled demo model (built on first use, see
-:mod:`sglang_rvv.demo`). Any other argument is passed to ``sglang.launch_server``. It sets
+:mod:`sglang_rvv.demo`). Any other argument is passed to ``sglang serve``. It sets
 SGLang's CPU mode (``SGLANG_USE_CPU_ENGINE=1``), starts the server, waits (bounded, with
 progress) until ``/health`` answers, prints how to query it, and keeps serving until
 interrupted (Ctrl-C) or until the server exits.
+
+SGLang's own warm-up request runs (one short generation before ``/health`` answers): with
+``--skip-server-warmup``, SGLang 0.5.23 posts its post-warm-up ``/freeze_gc`` before its HTTP
+server listens and logs the refused connection as a traceback.
 """
 
 from __future__ import annotations
@@ -44,16 +48,22 @@ def _value(args: Sequence[str], flag: str) -> str:
     return DEFAULTS[flag]
 
 
+# SGLang's recommended entry point, ``sglang serve`` (its console script), run by this
+# interpreter: under QEMU the console script's shebang cannot be executed, ``sys.executable``
+# can. ``--model-type llm`` skips its diffusion-model detection.
+SGLANG_SERVE = (
+    "import sys; from sglang.cli.main import main; sys.argv[0] = 'sglang'; sys.exit(main())"
+)
+
+
 def server_command(extra: Sequence[str], model_path: Path | None) -> list[str]:
-    """The launch_server command line: our defaults, overridden by anything in ``extra``."""
-    cmd = [sys.executable, "-m", "sglang.launch_server"]
+    """The ``sglang serve`` command line: our defaults, overridden by anything in ``extra``."""
+    cmd = [sys.executable, "-c", SGLANG_SERVE, "serve", "--model-type", "llm"]
     if model_path is not None:
         cmd += ["--model-path", str(model_path)]
     for flag, value in DEFAULTS.items():
         if not _has(extra, flag):
             cmd += [flag, value]
-    if not _has(extra, "--skip-server-warmup"):
-        cmd.append("--skip-server-warmup")
     return cmd + list(extra)
 
 
@@ -80,9 +90,12 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float) -> Non
 
 
 def stop_group(proc: subprocess.Popen[bytes], grace: float = 30) -> None:
-    """SIGINT to the server's process group, then SIGKILL whatever is left after ``grace``."""
+    """SIGTERM to the server process, which drains requests and stops its own scheduler and
+    detokenizer (SIGINT would end it with the KeyboardInterrupt's traceback; a signal to its
+    children first would make it report them as crashed), then SIGKILL to whatever of its
+    process group is left after ``grace``."""
     try:
-        os.killpg(proc.pid, signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)
     except ProcessLookupError:
         return
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -96,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m sglang_rvv.serve",
         description=__doc__,
-        epilog="Unknown arguments go to sglang.launch_server unchanged.",
+        epilog="Unknown arguments go to sglang serve unchanged.",
     )
     parser.add_argument("--model-path", help="a model directory (default: the demo model)")
     parser.add_argument(
@@ -123,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     env.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     cmd = server_command(extra, model)
     url = f"http://{_value(cmd, '--host')}:{_value(cmd, '--port')}"
-    print("[serve] " + " ".join(cmd), flush=True)
+    print("[serve] sglang " + " ".join(cmd[cmd.index("serve") :]), flush=True)
     # Its own process group: SGLang spawns schedulers and a detokenizer, stopped together.
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     try:

@@ -1,8 +1,9 @@
 """sglang-rvv's stand-in for sgl-kernel's ``sgl_kernel`` Python module in SGLang's CPU mode.
 
-Served as ``sgl_kernel`` by :mod:`sglang_rvv._bootstrap` only when no real ``sgl_kernel`` is
-installed. Importing it registers the RVV ops (``torch.ops.sgl_kernel.*``, from rvv-ops) and
-provides the Python-level helpers SGLang 0.5.23's CPU code imports by name at module load:
+Served as ``sgl_kernel`` by :mod:`sglang_rvv.compat` (row ``sgl_kernel``) only when no real
+``sgl_kernel`` is installed. Importing it registers the RVV ops (``torch.ops.sgl_kernel.*``,
+from rvv-ops) and provides the Python-level helpers SGLang 0.5.23's CPU code imports by name
+at module load:
 
 - ``assign_req_to_token_pool_cpu`` and ``copy_all_layer_kv_cache_cpu``: used while serving;
   implemented here with torch (index copies; no Python loop over requests).
