@@ -16,8 +16,11 @@ requests, rows of no request, non-causal, new K/V given, written by the implemen
 read from the cache.
 
 Sampling: cases marked ``quick`` form the subset run on riscv64 (emulated: every case
-there costs minutes) and with ``--conformance=quick``; :func:`skip_unless_selected` skips
-the others with the reason, ``CONFORMANCE=full`` runs them anyway.
+there costs minutes) and with ``CONFORMANCE=quick``; :func:`skip_unless_selected` skips
+the others with the reason, ``CONFORMANCE=full`` runs them anyway. The rvv-ops ops run
+the whole matrix natively; implementations layered on them (rvv-attention, whose kernel
+path calls the same ops) run every case but the non-quick ones of the shape x dtype x
+cache grid (``*_GRID``), see :func:`layered_sample`.
 """
 
 from __future__ import annotations
@@ -68,6 +71,12 @@ def skip_unless_selected(quick_case: bool) -> None:
         pytest.skip(f"{why} (CONFORMANCE=full runs this case)")
 
 
+def layered_sample(names: dict[str, Any], grid: frozenset[str]) -> list[str]:
+    """The cases an implementation layered on the rvv-ops ops runs: every feature and small
+    case, and of the grid (which the ops' own file covers whole) the quick ones."""
+    return [n for n, c in names.items() if n not in grid or c.quick]
+
+
 # --------------------------------------------------------------------------------------
 # Decode
 
@@ -99,7 +108,9 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype)[6:]
 
 
-def decode_cases() -> dict[str, DecodeCase]:
+def decode_cases() -> tuple[dict[str, DecodeCase], frozenset[str], frozenset[str]]:
+    """The decode cases, the names of the shape x dtype x cache grid, and of the small
+    cases (tiny and odd shapes, every feature on small batches)."""
     cases: dict[str, DecodeCase] = {}
     # every head size x GQA shape x dtype, the context lengths mixed in one batch
     for i, d in enumerate(HEAD_SIZES):
@@ -128,6 +139,7 @@ def decode_cases() -> dict[str, DecodeCase]:
                 write=k != 1,
                 quick=k == 0,
             )
+    grid = frozenset(cases)
     base = DecodeCase(lens=(1, 2, 17, 256, 257, 300), heads=(8, 2), dims=(80, 80))
     cases.update(
         {
@@ -161,6 +173,7 @@ def decode_cases() -> dict[str, DecodeCase]:
     )
     # small and odd shapes, empty requests, every feature on fp32 (all quick: cheap)
     small = DecodeCase(lens=(5, 1, 13), dims=(16, 16), dtype=F32, table=torch.int64, quick=True)
+    before_small = frozenset(cases)
     cases.update(
         {
             "small": small,
@@ -199,10 +212,10 @@ def decode_cases() -> dict[str, DecodeCase]:
             ),
         }
     )
-    return cases
+    return cases, grid, frozenset(cases) - before_small
 
 
-DECODE_CASES = decode_cases()
+DECODE_CASES, DECODE_GRID, DECODE_SMALL = decode_cases()
 
 
 @dataclass
@@ -368,7 +381,8 @@ REQS = ((0, 1), (1, 1), (17, 2), (0, 17), (100, 33), (255, 1), (256, 64), (0, 25
 QUICK_REQS = ((0, 1), (3, 2), (17, 33), (40, 5))
 
 
-def extend_cases() -> dict[str, ExtendCase]:
+def extend_cases() -> tuple[dict[str, ExtendCase], frozenset[str], frozenset[str]]:
+    """The extend cases, the names of the grid and of the small cases (as decode_cases)."""
     cases: dict[str, ExtendCase] = {}
     for i, d in enumerate(HEAD_SIZES):
         for j, heads in enumerate(GQA):
@@ -394,6 +408,7 @@ def extend_cases() -> dict[str, ExtendCase]:
                 table=(torch.int64, torch.int32)[k % 2],
                 quick=k == 0,
             )
+    grid = frozenset(cases)
     base = ExtendCase(reqs=((0, 5), (30, 40), (64, 1), (7, 100)), heads=(8, 2), dims=(80, 80))
     # still several query blocks (kExtendBlockM = 32) and key blocks
     mid = replace(base, reqs=((0, 5), (30, 17), (7, 40)), heads=(6, 2), quick=True)
@@ -434,6 +449,7 @@ def extend_cases() -> dict[str, ExtendCase]:
     small = ExtendCase(
         reqs=((4, 2), (0, 3), (5, 4)), dims=(16, 16), dtype=F32, table=torch.int64, quick=True
     )
+    before_small = frozenset(cases)
     cases.update(
         {
             "small": small,
@@ -469,10 +485,10 @@ def extend_cases() -> dict[str, ExtendCase]:
             ),
         }
     )
-    return cases
+    return cases, grid, frozenset(cases) - before_small
 
 
-EXTEND_CASES = extend_cases()
+EXTEND_CASES, EXTEND_GRID, EXTEND_SMALL = extend_cases()
 
 
 @dataclass
@@ -659,3 +675,29 @@ def decode_slack(run: DecodeRun) -> Tensor | None:
     if not rounds_p(run.case.dtype, run.case.cache):
         return None
     return reference_decode(run, p_rounding_slack).float()
+
+
+# --------------------------------------------------------------------------------------
+# Perf mode: the batches tools/bench_x86.py times, as cases of this matrix
+
+PERF_HEADS = (12, 2)  # Qwen2.5-1.5B's attention: 12 query heads, 2 KV heads, head dim 128
+PERF_DIMS = (128, 128)
+PERF_DTYPE = BF16  # queries and KV cache
+PERF_EXTEND_NEW = 512  # new tokens per request of an extend (a prefill chunk)
+PERF_BATCHES = (1, 4, 16)
+PERF_CONTEXTS = (512, 2048, 8192)
+PERF_QUICK = ((1, 4), (512,))  # (batches, contexts) of the benchmark's --quick smoke run
+
+
+def perf_case(op: str, batch: int, context: int) -> DecodeCase | ExtendCase:
+    """The benchmark's batch of `op`: `batch` requests of `context` tokens each, counting
+    the new ones (decode: one; extend: min(PERF_EXTEND_NEW, context) after a cached
+    prefix), in PERF_HEADS / PERF_DIMS / PERF_DTYPE over a same-dtype cache."""
+    if op == "decode":
+        return DecodeCase(lens=(context,) * batch, heads=PERF_HEADS, dims=PERF_DIMS,
+                          dtype=PERF_DTYPE, table=torch.int32)  # fmt: skip
+    if op != "extend":
+        raise ValueError(f"perf_case: op is {op!r}; expected 'decode' or 'extend'")
+    new = min(PERF_EXTEND_NEW, context)
+    return ExtendCase(reqs=((context - new, new),) * batch, heads=PERF_HEADS, dims=PERF_DIMS,
+                      dtype=PERF_DTYPE, table=torch.int32)  # fmt: skip

@@ -146,7 +146,8 @@ def make_pool(
             return (x / scale).to(FP8[cache])
         return x.to(dtype)
 
-    k_scale, v_scale = (0.5, 0.25) if cache in FP8 else (1.0, 1.0)
+    # an MLA pool is one buffer: one scale for K and its V prefix
+    k_scale, v_scale = (0.5, 0.5 if mla else 0.25) if cache in FP8 else (1.0, 1.0)
     k = strided(values(dim, k_scale), pad)
     if mla:
         v = k[..., :dim_v]

@@ -79,8 +79,9 @@ def probabilities(
     masked, the sinks in the denominator); rows that see no key are zeros. `allowed`
     [M, L] (bool): a further mask (padding), ANDed in."""
     hq, hkv = q.shape[1], k.shape[1]
-    # GQA without repeating K: query head h = g * group + j reads KV head g
-    qh = q.double().movedim(0, 1).reshape(hkv, -1, q.shape[2])  # [Hkv, group * M, D]
+    # GQA without repeating K: query head h = g * group + j reads KV head g; qh is
+    # [Hkv, group * M, D]
+    qh = q.double().movedim(0, 1).reshape(hkv, hq // hkv * q.shape[0], q.shape[2])
     kh = k.double().movedim(0, 1)  # [Hkv, L, D]
     scores = (qh @ kh.transpose(1, 2)).view(hq, q.shape[0], k.shape[0]) * sm_scale
     if logit_cap > 0.0:
@@ -126,7 +127,7 @@ def over_values(probs: Tensor, v: Tensor) -> Tensor:
     hq, m, keys = probs.shape
     hkv = v.shape[1]
     vh = v.double().movedim(0, 1)  # [Hkv, L, Dv]
-    return (probs.reshape(hkv, -1, keys) @ vh).view(hq, m, v.shape[2])
+    return (probs.reshape(hkv, hq // hkv * m, keys) @ vh).view(hq, m, v.shape[2])
 
 
 def p_rounding_slack(

@@ -18,6 +18,7 @@ import torch
 from conformance.cases import (
     DECODE_CASES,
     EXTEND_CASES,
+    PERF_QUICK,
     DecodeCase,
     ExtendCase,
     expected_decode_cache,
@@ -25,6 +26,7 @@ from conformance.cases import (
     extend_slack,
     make_decode,
     make_extend,
+    perf_case,
     reference_decode,
     reference_extend,
     skip_unless_selected,
@@ -199,3 +201,24 @@ def test_typed_wrappers() -> None:
         sm_scale=a["sm_scale"], max_len_extend=20, window=3,
     )  # fmt: skip
     assert_matches(a["o_extend"], expected)
+
+
+@pytest.mark.parametrize("op", ["decode", "extend"])
+def test_perf_cases(op: str) -> None:
+    # The batches tools/bench_x86.py --quick times (the perf mode of the matrix) compute
+    # what the reference does; the benchmark itself compares implementations with each
+    # other, not with the reference.
+    skip_unless_selected(False)
+    batches, contexts = PERF_QUICK
+    for b in batches:
+        for c in contexts:
+            case = perf_case(op, b, c)
+            if isinstance(case, DecodeCase):
+                d = make_decode(case)
+                d.call()
+                assert_matches(d.args["output"], reference_decode(d), f"{op} {b}x{c}")
+            else:
+                e = make_extend(case)
+                expected, slack = reference_extend(e), extend_slack(e)
+                e.call()
+                assert_matches(e.args["o_extend"], expected, f"{op} {b}x{c}", slack)
