@@ -36,6 +36,9 @@ OPS = "packages/rvv-ops"
 ATTENTION = "packages/rvv-attention"
 # Newest transformers at the time; its AttentionInterface works with torch 2.13.
 TRANSFORMERS = "transformers==5.24.0"
+# The cross-layer attention conformance suite: one file per implementation, each run by
+# that layer's session (its imports fail the session if the implementation is missing).
+CONFORMANCE = "tests/conformance"
 
 
 def install_ops(session: nox.Session) -> None:
@@ -56,18 +59,25 @@ def kernels_tests(session: nox.Session) -> None:
 
 @nox.session(name="ops-tests")
 def ops_tests(session: nox.Session) -> None:
-    """rvv-ops natively: opcheck, references, bad inputs."""
+    """rvv-ops natively: opcheck, references, bad inputs; the attention ops against the
+    conformance suite."""
     install_ops(session)
-    session.run("pytest", f"{OPS}/tests", "-q", *session.posargs)
+    session.run(
+        "pytest", f"{OPS}/tests", f"{CONFORMANCE}/test_ops.py", "-q", *session.posargs
+    )  # fmt: skip
 
 
 @nox.session(name="attention-tests")
 def attention_tests(session: nox.Session) -> None:
-    """rvv-attention natively: selection, numerics vs fp64, fallback, doctor, transformers."""
+    """rvv-attention natively: selection, doctor, transformers; kernel and fallback paths
+    against the conformance suite."""
     install_ops(session)
     session.install(TRANSFORMERS)
     session.install("--no-deps", "--force-reinstall", ATTENTION)
-    session.run("pytest", f"{ATTENTION}/tests", "-q", *session.posargs)
+    session.run(
+        "pytest", f"{ATTENTION}/tests", f"{CONFORMANCE}/test_attention.py", "-q",
+        *session.posargs,
+    )  # fmt: skip
 
 
 # SGLang on x86-64 CPUs (see docs/sglang.md): torch 2.14.1 is SGLang 0.5.23's own pin (served
@@ -99,11 +109,12 @@ def install_sglang(session: nox.Session) -> None:
 @nox.session(name="sglang-tests")
 def sglang_tests(session: nox.Session) -> None:
     """sglang-rvv in a real SGLang 0.5.23: shim, plugin, backend on SGLang's test kit and
-    hand-built batches, and demo models served end to end (rvv vs torch_native)."""
+    demo models served end to end (rvv vs torch_native); the backend on hand-built batches
+    against the conformance suite."""
     install_sglang(session)
     session.run(
-        "pytest", f"{SGLANG_RVV}/tests", "-v", "-s", *session.posargs,
-        env={"SGLANG_USE_CPU_ENGINE": "1"},
+        "pytest", f"{SGLANG_RVV}/tests", f"{CONFORMANCE}/test_sglang_backend.py", "-v", "-s",
+        *session.posargs, env={"SGLANG_USE_CPU_ENGINE": "1"},
     )  # fmt: skip
 
 
@@ -126,7 +137,8 @@ def wheels_riscv64(session: nox.Session) -> None:
 
 @nox.session(name="riscv-tests")
 def riscv_tests(session: nox.Session) -> None:
-    """rvv-ops' tests inside the emulated Debian 13 riscv64 Python (QEMU, VLEN 256 and 128)."""
+    """rvv-ops' tests and the ops' conformance file inside the emulated Debian 13 riscv64
+    Python (QEMU, VLEN 256 and 128), then rvv-attention's with its conformance file."""
     session.install("hatchling", "build")
     session.run("python", "tools/ops_riscv.py", "test", "--out", "dist", *session.posargs)
 

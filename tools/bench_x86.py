@@ -105,13 +105,27 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "build" / "bench" / "x86.json"
+# The cases come from the conformance suite's matrix (its perf mode): tests/conformance.
+sys.path.insert(0, str(ROOT / "tests"))
+from conformance.cases import (  # noqa: E402
+    PERF_BATCHES,
+    PERF_CONTEXTS,
+    PERF_DIMS,
+    PERF_DTYPE,
+    PERF_EXTEND_NEW,
+    PERF_HEADS,
+    PERF_QUICK,
+    ExtendCase,
+    perf_case,
+)
 
 # Qwen2.5-1.5B's attention: 12 query heads, 2 KV heads, head dim 128.
-HQ, HKV, HEAD_DIM = 12, 2, 128
-KV_DTYPE = torch.bfloat16
-EXTEND_NEW = 512
-BATCHES = (1, 4, 16)
-CONTEXTS = (512, 2048, 8192)
+HQ, HKV = PERF_HEADS
+HEAD_DIM = PERF_DIMS[0]
+KV_DTYPE = PERF_DTYPE
+EXTEND_NEW = PERF_EXTEND_NEW
+BATCHES = PERF_BATCHES
+CONTEXTS = PERF_CONTEXTS
 OPS = ("decode", "extend")
 # Where each request's tokens sit in the pool: rows of a random permutation (every case),
 # or consecutive rows (decode at the contexts of --contiguous-context).
@@ -315,7 +329,8 @@ def make_case(sg: dict[str, Any], pools: Pools, op: str, seed: int) -> Case:
 
     gen = torch.Generator().manual_seed(seed)
     b, c = pools.batch, pools.context
-    new = 1 if op == "decode" else min(EXTEND_NEW, c)
+    case = perf_case(op, b, c)
+    new = case.reqs[0][1] if isinstance(case, ExtendCase) else 1
     prefix = c - new
     n = b * new
     seq = torch.full((b,), c, dtype=torch.int64)
@@ -511,7 +526,7 @@ def parse(argv: list[str] | None) -> tuple[Options, Path, bool]:
     if a.quick:
         small = 64 << 20
         opts = Options(
-            (1, 4), (512,), OPS, 2, frozenset(skip), small, small, 3, a.budget, limit, (512,)
+            *PERF_QUICK, OPS, 2, frozenset(skip), small, small, 3, a.budget, limit, PERF_QUICK[1]
         )
     else:
         big = max(512 << 20, 2 * llc)

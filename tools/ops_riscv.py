@@ -9,14 +9,19 @@ libtorch-dev (torch 2.6) of the Debian 13 riscv64 root, and rvv-kernels' pure-Py
 into ``--out``. ``test`` builds both, then for each ``--config VLEN[:zvfh]`` (default
 ``256:zvfh`` and ``128``: the SpacemiT K1's VLEN with its Zvfh, and the minimum VLEN
 without) installs them into a throw-away venv of the root's Python 3.13 and runs
-``packages/rvv-ops/tests`` there under QEMU 10. Then rvv-attention (pure Python) is
+``packages/rvv-ops/tests`` and the conformance suite's ``tests/conformance/test_ops.py``
+there under QEMU 10. Then rvv-attention (pure Python) is
 installed the same way with transformers and its dependencies (riscv64 wheels from PyPI,
 downloaded on the host: tokenizers, safetensors, regex and pydantic-core publish them; numpy
-and PyYAML come from the root) and ``packages/rvv-attention/tests`` run in the first
-configuration, plus its capability test at VLEN 128 and 512 (``--no-attention`` skips all
+and PyYAML come from the root) and ``packages/rvv-attention/tests`` with
+``tests/conformance/test_attention.py`` run in the first configuration, plus its capability
+test at VLEN 128 and 512 (``--no-attention`` skips all
 of this). These emulated runs go two at a time (``--jobs``, one per core), each printed
 whole when it ends; ``--jobs 1`` streams them one after the other. Both commands provision
 what they need first (tools/provision.sh: clang-16, QEMU 10, the root).
+
+On riscv64 the conformance files run their quick subset of the case matrix (the cases
+marked ``quick`` in tests/conformance/cases.py; the others are reported as skipped).
 
 Emulated wall time is not performance: ``import torch`` alone takes ~20-40 s.
 """
@@ -42,6 +47,7 @@ REPO = Path(__file__).resolve().parent.parent
 OPS = REPO / "packages" / "rvv-ops"
 KERNELS = REPO / "packages" / "rvv-kernels"
 ATTENTION = REPO / "packages" / "rvv-attention"
+CONFORMANCE = REPO / "tests" / "conformance"
 WHEEL_TAG = "py3-none-linux_riscv64"
 
 # transformers and what it needs beyond the root's packages (numpy, PyYAML), pinned to
@@ -122,7 +128,8 @@ def run_tests(
     pytest_args: Sequence[str] = (),
     out: TextIO | None = None,
 ) -> int:
-    """Runs packages/rvv-ops/tests against `wheel` in the root's Python under QEMU 10.
+    """Runs packages/rvv-ops/tests and tests/conformance/test_ops.py against `wheel` in the
+    root's Python under QEMU 10.
 
     The emulated CPU has RVV 1.0 with VLEN `vlen` bits, and Zvfh if `zvfh`. The wheel and
     `extra_wheels` are installed with the root's own pip into a fresh venv
@@ -148,7 +155,10 @@ def run_tests(
             "RVV_OPS_EXPECT_VLEN": str(vlen),
             "RVV_OPS_EXPECT_ZVFH": "1" if zvfh else "0",
         }
-        cmd = [*python, "-m", "pytest", str(OPS / "tests"), f"--rvv-ops-lengths={lengths}"]
+        cmd = [
+            *python, "-m", "pytest", str(OPS / "tests"), str(CONFORMANCE / "test_ops.py"),
+            f"--rvv-ops-lengths={lengths}",
+        ]  # fmt: skip
         print(f"+ {shlex.join(cmd + list(pytest_args))}", file=out or sys.stdout, flush=True)
         # From the repository root, so that the root pyproject.toml's pytest settings apply.
         return subprocess.run(
@@ -192,7 +202,8 @@ def run_attention_tests(
     doctor: bool = False,
     out: TextIO | None = None,
 ) -> int:
-    """Runs packages/rvv-attention/tests (or the given test files) in the root's Python.
+    """Runs packages/rvv-attention/tests and tests/conformance/test_attention.py (or the
+    given test files of packages/rvv-attention/tests) in the root's Python.
 
     ``wheels`` (rvv-ops, rvv-kernels, rvv-attention) go into a fresh venv like
     :func:`run_tests`; with ``transformers_dir`` transformers is installed from there
@@ -225,7 +236,10 @@ def run_attention_tests(
             "RVV_ATTENTION_EXPECT_VLEN": str(vlen),
             "RVV_ATTENTION_EXPECT_ZVFH": "1" if zvfh else "0",
         }
-        paths = [str(ATTENTION / "tests" / t) for t in tests] or [str(ATTENTION / "tests")]
+        paths = [str(ATTENTION / "tests" / t) for t in tests] or [
+            str(ATTENTION / "tests"),
+            str(CONFORMANCE / "test_attention.py"),
+        ]
         cmd = [*python, "-m", "pytest", *paths]
         print(f"+ {shlex.join(cmd + list(pytest_args))}", file=out or sys.stdout, flush=True)
         code = subprocess.run(

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import rvv_attention as ra
 import torch
-from ra_testing import make_paged, python_cmd, ref_decode, same_impl_tolerance, tolerance
+from conformance.reference import SAME_IMPL_TOLERANCES, assert_matches
+from ra_testing import make_paged, python_cmd, ref_decode
 from rvv_attention import _kernel
 
 BASIC = {"q_dtype": torch.bfloat16, "kv_dtype": torch.bfloat16, "head_dim": 128}
@@ -109,8 +110,8 @@ def test_kernel_and_fallback_give_the_same_numbers(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv(ra.ENV_IMPL, "fallback")
     ra.clear_cache()
     fallback_out, _ = _decode_once()
-    torch.testing.assert_close(kernel_out, fallback_out, **same_impl_tolerance(torch.float32))
-    torch.testing.assert_close(fallback_out.double(), ref, **tolerance(torch.float32))
+    assert_matches(kernel_out, fallback_out, tolerances=SAME_IMPL_TOLERANCES)
+    assert_matches(fallback_out, ref)
 
 
 def test_call_counts_name_the_implementation_that_ran(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,7 +161,7 @@ def test_rvv_ops_absent_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sel.impl.name == "fallback"
     assert sel.reason == "the kernel is unavailable: rvv_ops cannot be imported (simulated)"
     out, _ = _decode_once()
-    torch.testing.assert_close(out, kernel_out, **same_impl_tolerance(torch.float32))
+    assert_matches(out, kernel_out, tolerances=SAME_IMPL_TOLERANCES)
     monkeypatch.setenv(ra.ENV_IMPL, "kernel")
     with pytest.raises(ra.KernelUnavailableError, match="simulated"):
         ra.select("decode", **BASIC)  # type: ignore[arg-type]
@@ -219,10 +220,8 @@ def test_rvv_ops_absent_in_a_fresh_process() -> None:
     assert not data["rvv_ops_loaded"]
     assert data["max_err"] < 2e-5
     kernel_out, _ = _decode_once()
-    torch.testing.assert_close(
-        torch.tensor(data["out"]).view_as(kernel_out),
-        kernel_out,
-        **same_impl_tolerance(torch.float32),
+    assert_matches(
+        torch.tensor(data["out"]).view_as(kernel_out), kernel_out, tolerances=SAME_IMPL_TOLERANCES
     )
 
 
@@ -253,7 +252,7 @@ def test_kernel_rejection_demotes_the_case(
     sel = ra.select("decode", q_dtype=torch.float32, kv_dtype=torch.float32, head_dim=16)
     assert sel.impl.name == "fallback"
     assert sel.reason is not None and "something new (test)" in sel.reason
-    torch.testing.assert_close(out1, kernel_out, **same_impl_tolerance(torch.float32))
+    assert_matches(out1, kernel_out, tolerances=SAME_IMPL_TOLERANCES)
     assert torch.equal(out1, out2)
     msgs = [r.getMessage() for r in caplog.records if "something new" in r.getMessage()]
     assert len(msgs) == 1

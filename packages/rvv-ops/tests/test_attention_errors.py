@@ -16,17 +16,9 @@ from typing import Any
 import pytest
 import rvv_ops
 import torch
-from test_attention import (
-    DECODE,
-    DECODE_INT8,
-    EXTEND,
-    EXTEND_INT8,
-    DecodeCase,
-    ExtendCase,
-    make_decode,
-    make_extend,
-    same_bits,
-)
+from conformance.cases import DecodeCase, ExtendCase, make_decode, make_extend
+from conformance.kvcache import same_bits
+from test_attention import DECODE, DECODE_INT8, EXTEND, EXTEND_INT8
 from torch import Tensor
 
 OPS = {"decode": DECODE, "decode_int8": DECODE_INT8, "extend": EXTEND, "extend_int8": EXTEND_INT8}

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import rvv_ops  # noqa: F401  (registers the ops)
 import torch
-from test_attention import DecodeCase, ExtendCase, make_decode, make_extend, skip_unless_quick
+from conformance.cases import DecodeCase, ExtendCase, make_decode, make_extend
+from test_attention import skip_unless_quick
 
 ALL_UTILS = (
     "test_schema",
@@ -34,7 +35,7 @@ SAMPLES: dict[str, tuple[Any, bool]] = {  # name -> (case, in the quick subset)
     "extend bf16 sinks": (ExtendCase(reqs=((2, 3), (0, 4)), sinks=torch.bfloat16), True),
     "extend fp16 e5m2 not causal, k_extend None": (
         ExtendCase(
-            reqs=((4, 2), (1, 5)), dtype=torch.float16, cache="e5m2", given=False, causal=False
+            reqs=((4, 2), (1, 5)), dtype=torch.float16, cache="e5m2", kv="shared", causal=False
         ),
         False,
     ),

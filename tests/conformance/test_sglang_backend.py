@@ -12,15 +12,19 @@ Every case puts known K/V into real ``MHATokenToKVPool`` / ``ReqToTokenPool`` (o
   pool's ``(x / scale).to(fp8)``), every other row is unchanged;
 - the inputs q / k / v are not modified.
 
-Tolerances: fp32 1e-4 (abs and rel), bf16 2e-2 (one bf16 rounding of O(1) outputs is
-<= 4e-3; SGLang's own kit uses 3e-2). The fp64 reference dequantizes fp8 rows exactly, so
-fp8 cases use the same tolerances against it; only against ``torch_native`` (which attends
-extend tokens with their fp8-rounded K/V, where rvv-attention uses the K/V as given) fp8
-gets the looser ``FP8_NATIVE_ATOL`` (half an fp8 step of the largest |V|), and
-``torch_native`` itself is then checked, tightly, against the reference over the fp8 values.
+The reference is the conformance suite's (conformance.reference.attention, fp64) over the
+K/V the test itself put in the cache, with its tolerance model (conformance.reference
+TOLERANCES, plus p_rounding_slack for bf16 extends over a bf16 cache). It dequantizes fp8
+rows exactly, so fp8 cases use the same tolerances. Comparisons between two runs (rvv vs
+``torch_native``, chunked vs one-shot prefill) use ``TOL``: fp32 1e-4, bf16 2e-2 (one bf16
+rounding of O(1) outputs on each side, and ``torch_native`` rounds p to bf16 in its own
+way; SGLang's own kit uses 3e-2). Only against ``torch_native`` (which attends extend
+tokens with their fp8-rounded K/V, where rvv-attention uses the K/V as given) fp8 gets the
+looser ``FP8_NATIVE_ATOL`` (half an fp8 step of the largest |V|), and ``torch_native``
+itself is then checked against the reference over the fp8 values.
 
-SGLang runs in CPU mode here: ``conftest.py`` sets ``SGLANG_USE_CPU_ENGINE=1`` before any
-sglang import.
+SGLang runs in CPU mode here: this folder's ``conftest.py`` sets ``SGLANG_USE_CPU_ENGINE=1``
+before any sglang import. Run by ``nox -s sglang-tests``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,13 @@ from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 from sglang_rvv.backend import RVVAttnBackend
+
+from conformance.reference import (
+    assert_matches,
+    attention,
+    p_rounding_slack,
+    rounds_p,
+)
 
 TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (2e-2, 2e-2)}
 # half an fp8 step (e4m3: 2^-4, e5m2: 2^-3 relative) of |V| <= 4 (N(0, 1) data)
@@ -274,42 +285,52 @@ class Bench:
 
 
 def reference(
-    bench: Bench, layer, fb, q, *, causal=True, window=None, cap=0.0, new_exact=None, sinks=None
+    bench: Bench,
+    layer,
+    fb,
+    q,
+    *,
+    causal=True,
+    window=None,
+    cap=0.0,
+    new_exact=None,
+    sinks=None,
+    fn=attention,
 ):
-    """fp64 attention over ``bench.truth``: each query at its absolute position; ``sinks``
-    [Hq]: exp(sink) joins each softmax denominator."""
+    """The conformance reference (``fn``: attention, or p_rounding_slack) over
+    ``bench.truth``: each query at its absolute position, ``window`` SGLang's W; ``sinks``
+    [Hq]: exp(sink) joins each softmax denominator. Returns [tokens, Hq * Dv] fp64."""
     rows = fb.req_pool_indices.tolist()
     seq = fb.seq_lens.tolist()
     qlens = [1] * len(rows) if fb.forward_mode.is_decode() else fb.extend_seq_lens.tolist()
-    q3 = q.double().view(-1, bench.hq, bench.d)
-    group = bench.hq // bench.hkv
+    q3 = q.view(-1, bench.hq, bench.d)
     out = torch.zeros(q3.shape[0], bench.hq, bench.dv, dtype=torch.float64)
     t = 0
     for row, s, n in zip(rows, seq, qlens, strict=True):
         entries = bench.truth[(layer.layer_id, row)][:s]
         if new_exact is not None:  # extend: new tokens attend with K/V as given
             entries = entries[: s - n] + new_exact[row]
-        keys = torch.stack([e[0] for e in entries]).repeat_interleave(group, dim=1)
-        vals = torch.stack([e[1] for e in entries]).repeat_interleave(group, dim=1)
-        pos_k = torch.arange(s)
-        pos_q = torch.arange(s - n, s)[:, None]  # the queries' absolute positions
-        allowed = torch.ones(n, s, dtype=torch.bool)
-        if causal:
-            allowed &= pos_k[None, :] <= pos_q
-        if window is not None:
-            allowed &= pos_k[None, :] >= pos_q - window
-        scores = torch.einsum("qhd,khd->qhk", q3[t : t + n], keys) * layer.scaling
-        if cap:
-            scores = cap * torch.tanh(scores / cap)
-        scores = scores.masked_fill(~allowed[:, None, :], float("-inf"))
-        if sinks is None:
-            probs = torch.softmax(scores, dim=-1)
-        else:
-            sink = sinks.double()[None, :, None].expand(n, -1, 1)
-            probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
-        out[t : t + n] = torch.einsum("qhk,khd->qhd", probs, vals)
+        keys = torch.stack([e[0] for e in entries])
+        vals = torch.stack([e[1] for e in entries])
+        out[t : t + n] = fn(
+            q3[t : t + n], keys, vals, torch.arange(s - n, s), sm_scale=layer.scaling,
+            causal=causal, window=window, logit_cap=cap, sinks=sinks,
+        )  # fmt: skip
         t += n
     return out.view(-1, bench.hq * bench.dv)
+
+
+def check_reference(out, bench: Bench, layer, fb, q, what, **kw):
+    """out against the conformance reference (keyword arguments: :func:`reference`'s) with
+    the suite's tolerances; bf16 extends over a bf16 cache get p_rounding_slack (the
+    x86_amx / x86_avx512_bf16 extend kernels round p to bf16)."""
+    expected = reference(bench, layer, fb, q, **kw)
+    slack = None
+    same_cache = bench.kv_dtype == bench.dtype
+    if not fb.forward_mode.is_decode() and same_cache and rounds_p(bench.dtype, "same"):
+        slack = reference(bench, layer, fb, q, fn=p_rounding_slack, **kw)
+    assert_matches(out, expected, what, slack)
+    return expected
 
 
 def run(backend_cls, bench, layer, fb, q, k, v, *, save=True, **kw):
@@ -320,6 +341,7 @@ def run(backend_cls, bench, layer, fb, q, k, v, *, save=True, **kw):
 
 
 def assert_close(actual, expected, dtype, what=""):
+    """Two runs' outputs within TOL (rvv vs torch_native, chunked vs one-shot)."""
     atol, rtol = TOL[dtype]
     torch.testing.assert_close(
         actual.double(), expected.double(), atol=atol, rtol=rtol, msg=lambda m: f"{what}: {m}"
@@ -397,17 +419,10 @@ def check_case(
                     i += n
             else:
                 bench.record_new(layer, fb, inputs[1], inputs[2], quantized=True)
-            expected = reference(
-                bench,
-                layer,
-                fb,
-                inputs[0],
-                causal=causal,
-                window=window,
-                cap=cap,
-                new_exact=new_exact,
-            )
-            assert_close(out, expected, bench.dtype, "rvv vs fp64 reference")
+            check_reference(
+                out, bench, layer, fb, inputs[0], "rvv vs fp64 reference", causal=causal,
+                window=window, cap=cap, new_exact=new_exact,
+            )  # fmt: skip
             # all keys as stored (what torch_native attends with)
             from_cache = reference(bench, layer, fb, inputs[0], causal=causal, window=window)
         outs[name] = out
@@ -490,7 +505,7 @@ def test_chunked_prefill_then_decode(dtype, impl):
         out = run(RVVAttnBackend, chunked, layer, fb, q, k, v)
         assert_cache_after(chunked, before, layer, fb, k, v)
         chunked.record_new(layer, fb, k, v, quantized=True)
-        assert_close(out, reference(chunked, layer, fb, q), dtype, f"chunk {lo}:{hi}")
+        check_reference(out, chunked, layer, fb, q, f"chunk {lo}:{hi}")
         outs.append(out)
 
     whole = Bench(**kw)
@@ -502,7 +517,7 @@ def test_chunked_prefill_then_decode(dtype, impl):
     out = run(RVVAttnBackend, chunked, layer, fb, q, k, v)
     chunked.record_new(layer, fb, k, v, quantized=True)
     assert fb.seq_lens.tolist() == [24]
-    assert_close(out, reference(chunked, layer, fb, q), dtype, "decode after chunks")
+    check_reference(out, chunked, layer, fb, q, "decode after chunks")
 
 
 @pytest.mark.parametrize("kv_dtype", FP8, ids=["e4m3", "e5m2"])
@@ -567,8 +582,7 @@ def test_swa_pool(dtype, mode, impl):
             if name == "rvv":
                 assert_cache_after(bench, before, layer, fb, k, v)
                 bench.record_new(layer, fb, k, v, quantized=True)
-                expected = reference(bench, layer, fb, q, window=window)
-                assert_close(out, expected, dtype, f"layer {layer_id} vs fp64 reference")
+                check_reference(out, bench, layer, fb, q, f"layer {layer_id}", window=window)
             outs[name] = out
         if window is None:  # torch_native's SWA rows: gathered without the window
             assert_close(outs["rvv"], outs["torch_native"], dtype, "rvv vs torch_native")
@@ -593,9 +607,8 @@ def test_logit_cap(dtype, mode, impl):
     out = run(RVVAttnBackend, bench, layer, fb, q, k, v)
     firsts = bench.record_new(layer, fb, k, v, quantized=True)
     assert firsts
-    capped = reference(bench, layer, fb, q, cap=3.0)
+    capped = check_reference(out, bench, layer, fb, q, "capped", cap=3.0)
     uncapped = reference(bench, layer, fb, q)
-    assert_close(out, capped, dtype, "capped")
     assert (capped - uncapped).abs().max() > 0.1, "test inputs do not exercise the cap"
 
 
@@ -615,8 +628,7 @@ def test_sinks_and_window(dtype, mode, impl):
     sinks = torch.linspace(-1.0, 2.0, bench.hq, dtype=torch.float32)
     out = run(RVVAttnBackend, bench, layer, fb, q, k, v, sinks=sinks)
     bench.record_new(layer, fb, k, v, quantized=True)
-    expected = reference(bench, layer, fb, q, window=6, sinks=sinks)
-    assert_close(out, expected, dtype, "sinks vs fp64 reference")
+    expected = check_reference(out, bench, layer, fb, q, "sinks", window=6, sinks=sinks)
     assert (expected - reference(bench, layer, fb, q, window=6)).abs().max() > 0.05
 
 
@@ -679,7 +691,7 @@ def test_save_kv_cache_false(dtype, mode, kv, impl):
         after = bench.snapshot()
         assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1])
         if name == "rvv":
-            assert_close(out, reference(bench, layer, fb, q), dtype, "vs fp64 reference")
+            check_reference(out, bench, layer, fb, q, "vs fp64 reference")
         outs[name] = out
     assert_close(outs["rvv"], outs["torch_native"], dtype, "rvv vs torch_native")
 
@@ -711,18 +723,20 @@ def _cross_attention_setup(dtype):
 
 
 def _cross_reference(bench, layer, q, rows, enc, qlens):
-    q3 = q.double().view(-1, bench.hq, bench.d)
-    g = bench.hq // bench.hkv
+    """The conformance reference for cross-attention: each query sees its request's
+    encoder tokens (positions [0, enc)), no mask."""
+    q3 = q.view(-1, bench.hq, bench.d)
     outs, t = [], 0
     for row, e, n in zip(rows, enc, qlens, strict=True):
         entries = bench.truth[(layer.layer_id, row)][:e]
-        keys = torch.stack([x[0] for x in entries]).repeat_interleave(g, dim=1)
-        vals = torch.stack([x[1] for x in entries]).repeat_interleave(g, dim=1)
-        for _ in range(n):
-            s = torch.einsum("hd,khd->hk", q3[t], keys) * layer.scaling
-            outs.append(torch.einsum("hk,khd->hd", torch.softmax(s, -1), vals))
-            t += 1
-    return torch.stack(outs).view(-1, bench.hq * bench.dv)
+        keys = torch.stack([x[0] for x in entries])
+        vals = torch.stack([x[1] for x in entries])
+        q_pos = torch.zeros(n, dtype=torch.long)
+        outs.append(
+            attention(q3[t : t + n], keys, vals, q_pos, sm_scale=layer.scaling, causal=False)
+        )
+        t += n
+    return torch.cat(outs).view(-1, bench.hq * bench.dv)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -753,7 +767,7 @@ def test_cross_attention_fallback_reason_logged_once(dtype, caplog):
             before = bench.snapshot()
             out = run(RVVAttnBackend, bench, cross, fb, q, None, None)
             assert all(torch.equal(a, c) for a, c in zip(before, bench.snapshot(), strict=True))
-            assert_close(out, _cross_reference(bench, cross, q, rows, enc, [1, 1]), dtype, "x")
+            assert_matches(out, _cross_reference(bench, cross, q, rows, enc, [1, 1]), "x")
             native = run(TorchNativeAttnBackend, bench, cross, fb, q, None, None)
             assert_close(out, native, dtype, "cross decode vs torch_native")
 
@@ -774,7 +788,7 @@ def test_cross_attention_fallback_reason_logged_once(dtype, caplog):
             fb.extend_seq_lens_cpu = n
             q = bench.randn(sum(n), bench.hq * bench.d)
             out = run(RVVAttnBackend, bench, cross, fb, q, None, None)
-            assert_close(out, _cross_reference(bench, cross, q, rows, enc, n), dtype, "x ext")
+            assert_matches(out, _cross_reference(bench, cross, q, rows, enc, n), "x ext")
             native = run(TorchNativeAttnBackend, bench, cross, fb, q, None, None)
             assert_close(out, native, dtype, "cross extend vs torch_native")
         records = [r for r in caplog.records if r.name == "rvv_attention"]
@@ -831,7 +845,7 @@ def test_cross_attention_extend_with_encoder_kv(dtype):
                 bench.truth[(0, row)] = [(ek[j].double(), ev[j].double()) for j in range(i, i + e)]
                 i += e
             expected = _cross_reference(bench, cross, q, rows, enc, n)
-            assert_close(outs[name], expected, dtype, "cross extend vs fp64 reference")
+            assert_matches(outs[name], expected, "cross extend vs fp64 reference")
     assert_close(outs["rvv"], outs["torch_native"], dtype, "rvv vs torch_native")
 
 
@@ -881,8 +895,7 @@ def test_encoder_decoder_self_attention(dtype, mode):
             for row, e, s in zip(rows, enc, seq, strict=True):
                 cache_rows = bench.req_to_token[row, e : e + s].long()
                 bench.truth[(0, row)] = [(kb[i].double(), vb[i].double()) for i in cache_rows]
-            expected = reference(bench, layer, fb, q)
-            assert_close(outs[name], expected, dtype, "enc-dec self-attention vs fp64")
+            check_reference(outs[name], bench, layer, fb, q, "enc-dec self-attention vs fp64")
     assert_close(outs["rvv"], outs["torch_native"], dtype, "rvv vs torch_native")
 
 

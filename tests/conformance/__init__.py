@@ -1,0 +1,6 @@
+"""The cross-layer attention conformance suite: one paged-KV-cache builder
+(:mod:`conformance.kvcache`), one fp64 reference with its tolerance model
+(:mod:`conformance.reference`) and one case matrix with the batch builders
+(:mod:`conformance.cases`), run against every attention implementation by ``test_ops.py``
+(the rvv-ops ops), ``test_attention.py`` (rvv-attention's kernel and fallback paths) and
+``test_sglang_backend.py`` (SGLang's ``rvv`` backend on hand-built ForwardBatches)."""

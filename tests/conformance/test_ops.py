@@ -1,0 +1,224 @@
+"""The rvv-ops ops (torch.ops.sgl_kernel.decode_attention_cpu / extend_attention_cpu and
+their _int8_ variants) against the fp64 reference over the case matrix: outputs, and what
+the ops leave in the caches (bit for bit), plus SGLang's calling conventions and the typed
+wrappers of the public ``rvv_ops`` API.
+
+Run by ``nox -s ops-tests`` natively and by tools/ops_riscv.py under QEMU (the quick
+subset, see conformance.cases).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import rvv_ops
+import torch
+
+from conformance.cases import (
+    DECODE_CASES,
+    EXTEND_CASES,
+    PERF_QUICK,
+    DecodeCase,
+    ExtendCase,
+    expected_decode_cache,
+    expected_extend_cache,
+    extend_slack,
+    make_decode,
+    make_extend,
+    perf_case,
+    reference_decode,
+    reference_extend,
+    skip_unless_selected,
+)
+from conformance.kvcache import same_bits
+from conformance.reference import assert_matches
+
+DECODE_NAMES = {"k_cache": "k_cache", "v_cache": "v_cache"}
+EXTEND_NAMES = {"k_cache": "k_buffer", "v_cache": "v_buffer"}
+
+
+def check_cache(args: dict[str, object], expected: dict[str, torch.Tensor], names: dict[str, str]):  # type: ignore[no-untyped-def]
+    for name, want in expected.items():
+        got = args[names.get(name, name)]
+        assert isinstance(got, torch.Tensor) and same_bits(got, want), name
+
+
+@pytest.mark.parametrize("name", DECODE_CASES)
+def test_decode_matches_reference(name: str) -> None:
+    case = DECODE_CASES[name]
+    skip_unless_selected(case.quick)
+    run = make_decode(case, seed=len(name))
+    expected_cache = expected_decode_cache(run)
+    run.call()
+    check_cache(run.args, expected_cache, DECODE_NAMES)
+    assert_matches(run.args["output"], reference_decode(run), name)
+
+
+@pytest.mark.parametrize("name", EXTEND_CASES)
+def test_extend_matches_reference(name: str) -> None:
+    case = EXTEND_CASES[name]
+    skip_unless_selected(case.quick)
+    run = make_extend(case, seed=len(name))
+    expected_o = reference_extend(run)
+    expected_cache = expected_extend_cache(run)
+    run.call()
+    check_cache(run.args, expected_cache, EXTEND_NAMES)
+    assert_matches(run.args["o_extend"], expected_o, name, extend_slack(run))
+
+
+@pytest.fixture(params=rvv_ops.build_info()["supported_variants"])
+def variant(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Runs the test with every kernel on one variant, then restores the previous one."""
+    name = str(request.param)
+    previous = rvv_ops.build_info()["active_variant"]
+    rvv_ops.set_variant(name)
+    try:
+        yield name
+    finally:
+        rvv_ops.set_variant(previous)
+
+
+@pytest.mark.parametrize("kind", ["decode", "extend"])
+def test_every_variant(variant: str, kind: str) -> None:
+    # The matrix above runs on the default (best) variant; here every variant the CPU
+    # supports gets a decode and an extend batch with each cache kind.
+    for cache in ("same", "e4m3", "int8"):
+        if kind == "decode":
+            d = make_decode(DecodeCase(lens=(1, 17, 70), heads=(6, 2), cache=cache, window=40))
+            d.call()
+            assert_matches(d.args["output"], reference_decode(d), f"{variant} {cache}")
+        else:
+            e = make_extend(ExtendCase(reqs=((0, 3), (20, 35)), heads=(6, 2), cache=cache))
+            expected = reference_extend(e)
+            e.call()
+            assert_matches(e.args["o_extend"], expected, f"{variant} {cache}", extend_slack(e))
+
+
+def test_sglang_call_style() -> None:
+    # The way IntelAMXAttnBackend calls the ops: flat q/o reshaped to heads, attn_logits
+    # zeros [bs, heads, 8, v_head_dim + 1], sliding_window_size + 1 (-1 + 1 = 0: no window),
+    # torch.ops.sgl_kernel.<op>(...) with every argument positional.
+    d = make_decode(DecodeCase(lens=(4, 33), heads=(4, 2), dims=(64, 64)))
+    bs, hq, dim = 2, 4, 64
+    q = d.args["query"].reshape(bs, hq * dim)
+    o = torch.empty_like(q)
+    attn_logits = torch.zeros(bs, hq, 8, dim + 1)
+    layer_sliding_window_size = -1
+    torch.ops.sgl_kernel.decode_attention_cpu(
+        q.view(-1, hq, dim), d.pool.k, d.pool.v, 1.0, 1.0, o.view(-1, hq, dim), d.key, d.value,
+        d.args["loc"], attn_logits, d.pool.req_to_token, d.pool.req_pool_indices,
+        d.args["seq_lens"], d.args["sm_scale"], 0.0, False, layer_sliding_window_size + 1,
+        None, None,
+    )  # fmt: skip
+    assert_matches(o.view(bs, hq, dim), reference_decode(d))
+
+    e = make_extend(ExtendCase(reqs=((5, 7), (0, 3)), heads=(4, 2)))
+    n = e.args["q_extend"].shape[0]
+    o = e.args["q_extend"].new_empty(n, hq * dim)
+    torch.ops.sgl_kernel.extend_attention_cpu(
+        e.args["q_extend"].view(-1, hq, dim), e.args["k_extend"], e.args["v_extend"],
+        o.view(-1, hq, dim), e.pool.k, e.pool.v, 1.0, 1.0, e.pool.req_to_token,
+        e.pool.req_pool_indices, e.args["seq_lens"], e.args["extend_seq_lens"],
+        e.args["extend_start_loc"], 7, e.args["sm_scale"], 0.0, False,
+        layer_sliding_window_size + 1, None, None, None, True,
+    )  # fmt: skip
+    assert_matches(o.view(n, hq, dim), reference_extend(e), slack=extend_slack(e))
+
+
+@pytest.mark.parametrize("sliding_window_size", [0, 1, 5, 40])
+def test_sglang_sliding_window_convention(sliding_window_size: int) -> None:
+    # SGLang's layer holds W (keys at positions >= q_pos - W); its CPU backend passes W + 1
+    # to the ops. The cases hold the ops' value: W + 1 here.
+    d = make_decode(
+        DecodeCase(lens=(1, 6, 60), heads=(4, 4), dtype=torch.float32, write=False,
+                   window=sliding_window_size + 1)
+    )  # fmt: skip
+    e = make_extend(
+        ExtendCase(reqs=((3, 9), (50, 20)), heads=(4, 4), dtype=torch.float32,
+                   window=sliding_window_size + 1)
+    )  # fmt: skip
+    expected_e = reference_extend(e)
+    d.call()
+    e.call()
+    assert_matches(d.args["output"], reference_decode(d))
+    assert_matches(e.args["o_extend"], expected_e)
+
+
+def test_window_reads_only_the_window() -> None:
+    # Table entries before the window are never read, so they need not be valid rows
+    # (SGLang's sliding-window pools may leave them unmapped).
+    d = make_decode(DecodeCase(lens=(30, 3), heads=(4, 2), window=8, write=False))
+    e = make_extend(ExtendCase(reqs=((40, 6), (2, 2)), heads=(4, 2), window=8))
+    expected_d, expected_e, slack_e = reference_decode(d), reference_extend(e), extend_slack(e)
+    d.pool.req_to_token[int(d.pool.req_pool_indices[0]), : 30 - 8] = -1
+    e.pool.req_to_token[int(e.pool.req_pool_indices[0]), : 40 - 8 + 1] = -1
+    d.call()
+    e.call()
+    assert_matches(d.args["output"], expected_d)
+    assert_matches(e.args["o_extend"], expected_e, slack=slack_e)
+
+
+def test_typed_wrappers() -> None:
+    # rvv_ops' public API over the same ops, keyword arguments with defaults.
+    d = make_decode(DecodeCase(lens=(9, 2), heads=(4, 2), window=4, sinks=torch.float32))
+    a = d.args
+    expected_cache = expected_decode_cache(d)
+    rvv_ops.decode_attention(
+        a["query"], a["k_cache"], a["v_cache"], a["output"], a["loc"], a["attn_logits"],
+        a["req_to_token"], a["req_pool_indices"], a["seq_lens"], sm_scale=a["sm_scale"],
+        key=a["key"], value=a["value"], window=4, sinks=a["sinks"],
+    )  # fmt: skip
+    assert same_bits(a["k_cache"], expected_cache["k_cache"])
+    assert_matches(a["output"], reference_decode(d))
+
+    d = make_decode(DecodeCase(lens=(9, 2), heads=(4, 2), cache="int8", logit_cap=3.0))
+    a = d.args
+    rvv_ops.decode_attention_int8(
+        a["query"], a["k_cache"], a["v_cache"], a["k_scale_buf"], a["v_scale_buf"], a["output"],
+        a["loc"], a["attn_logits"], a["req_to_token"], a["req_pool_indices"], a["seq_lens"],
+        sm_scale=a["sm_scale"], key=a["key"], value=a["value"], logit_cap=3.0,
+    )  # fmt: skip
+    assert_matches(a["output"], reference_decode(d))
+
+    e = make_extend(ExtendCase(reqs=((4, 9), (0, 2)), heads=(4, 2), cache="e4m3", causal=False))
+    a = e.args
+    rvv_ops.extend_attention(
+        a["q_extend"], a["k_extend"], a["v_extend"], a["o_extend"], a["k_buffer"], a["v_buffer"],
+        a["req_to_token"], a["req_pool_indices"], a["seq_lens"], a["extend_seq_lens"],
+        a["extend_start_loc"], sm_scale=a["sm_scale"], k_scale=a["k_scale"],
+        v_scale=a["v_scale"], causal=False,
+    )  # fmt: skip
+    assert_matches(a["o_extend"], reference_extend(e))
+
+    e = make_extend(ExtendCase(reqs=((4, 9), (0, 2)), heads=(4, 2), cache="int8", window=3))
+    a = e.args
+    expected = reference_extend(e)
+    rvv_ops.extend_attention_int8(
+        a["q_extend"], a["k_extend"], a["v_extend"], a["o_extend"], a["k_buffer"], a["v_buffer"],
+        a["k_scale_buf"], a["v_scale_buf"], a["out_cache_loc"], a["req_to_token"],
+        a["req_pool_indices"], a["seq_lens"], a["extend_seq_lens"], a["extend_start_loc"],
+        sm_scale=a["sm_scale"], max_len_extend=20, window=3,
+    )  # fmt: skip
+    assert_matches(a["o_extend"], expected)
+
+
+@pytest.mark.parametrize("op", ["decode", "extend"])
+def test_perf_cases(op: str) -> None:
+    # The batches tools/bench_x86.py --quick times (the perf mode of the matrix) compute
+    # what the reference does; the benchmark itself compares implementations with each
+    # other, not with the reference.
+    skip_unless_selected(False)
+    batches, contexts = PERF_QUICK
+    for b in batches:
+        for c in contexts:
+            case = perf_case(op, b, c)
+            if isinstance(case, DecodeCase):
+                d = make_decode(case)
+                d.call()
+                assert_matches(d.args["output"], reference_decode(d), f"{op} {b}x{c}")
+            else:
+                e = make_extend(case)
+                expected, slack = reference_extend(e), extend_slack(e)
+                e.call()
+                assert_matches(e.args["o_extend"], expected, f"{op} {b}x{c}", slack)
