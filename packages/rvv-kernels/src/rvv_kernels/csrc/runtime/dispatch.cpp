@@ -1,4 +1,5 @@
-// Variant selection and the dispatch table driven by kernels.def.
+// Variant selection and the dispatch tables, from the variants table (variants.def)
+// and the kernel manifest (kernels.def).
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -6,170 +7,106 @@
 #include <string>
 
 #include "rvvk/rvvk.h"
+#include "rvvk/variants.def"
 
 namespace rvvk {
 
-// Declarations of each compiled variant's kernels.
-#define RVVK_KERNEL(name, params, args) void name params;
-#if RVVK_HAVE_portable
-namespace v_portable {
+// RVVK_IS_1(x): 1 if x is a macro defined as 1 (CMake defines RVVK_HAVE_<variant>=1
+// for each compiled variant), else 0; RVVK_IF(c)(...) keeps its arguments iff c is 1.
+#define RVVK_ARG2_(a, b, ...) b
+#define RVVK_ARG2(...) RVVK_ARG2_(__VA_ARGS__, 0, ~)
+#define RVVK_PROBE_1 ~, 1
+#define RVVK_CAT_(a, b) a##b
+#define RVVK_CAT(a, b) RVVK_CAT_(a, b)
+#define RVVK_IS_1(x) RVVK_ARG2(RVVK_CAT(RVVK_PROBE_, x), 0)
+#define RVVK_IF_0(...)
+#define RVVK_IF_1(...) __VA_ARGS__
+#define RVVK_IF(c) RVVK_CAT(RVVK_IF_, c)
+#define RVVK_HAVE(v) RVVK_IS_1(RVVK_HAVE_##v)
+
+// Declarations of each compiled full variant's kernels (once per kernel and variant).
+#define RVVK_DECLARE_full(kernel, v) \
+  namespace v_##v {                  \
+  decltype(rvvk::kernel) kernel;     \
+  }
+#define RVVK_DECLARE_partial(kernel, v)
+#define RVVK_DECLARE(kernel, v, arch, parent, kind, vlen, flags, test) \
+  RVVK_IF(RVVK_HAVE(v))(RVVK_DECLARE_##kind(kernel, v))
+#define RVVK_KERNEL(name, params, args) RVVK_VARIANT_TABLE(RVVK_DECLARE, name)
 #include "rvvk/kernels.def"
-}
-#endif
-#if RVVK_HAVE_rvv
-namespace v_rvv {
-#include "rvvk/kernels.def"
-}
-#endif
-#if RVVK_HAVE_rvv_zvfh
-namespace v_rvv_zvfh {
-#include "rvvk/kernels.def"
-}
-#endif
-#if RVVK_HAVE_x86_avx2
-namespace v_x86_avx2 {
-#include "rvvk/kernels.def"
-}
-#endif
-#if RVVK_HAVE_x86_avx512
-namespace v_x86_avx512 {
-#include "rvvk/kernels.def"
-}
-#endif
 #undef RVVK_KERNEL
-// The partial variants compile only the kernels with code of their own for them
-// (RVVK_PARTIAL_SOURCES_<variant> in RvvKernels.cmake), declared here; qualified
-// lookup finds these first and the variant's below for every other entry of
-// the table (x86_amx -> x86_avx512_bf16 -> x86_avx512).
-#if RVVK_HAVE_x86_avx512_bf16
-namespace v_x86_avx512_bf16 {
-using namespace v_x86_avx512;
-void decode_attention_partial(const DecodeAttentionArgs& args, std::int64_t task_begin,
-                              std::int64_t task_end);
-void decode_attention_merge(const DecodeAttentionArgs& args, std::int64_t task_begin,
-                            std::int64_t task_end);
-void extend_attention(const ExtendAttentionArgs& args, std::int64_t task_begin,
-                      std::int64_t task_end);
-}  // namespace v_x86_avx512_bf16
-#endif
-#if RVVK_HAVE_x86_amx
-namespace v_x86_amx {
-using namespace v_x86_avx512_bf16;
-void extend_attention(const ExtendAttentionArgs& args, std::int64_t task_begin,
-                      std::int64_t task_end);
-}  // namespace v_x86_amx
-#endif
+// A partial variant compiles only the kernels with code of their own for it
+// (RVVK_PARTIAL_KERNELS), declared here; qualified lookup finds these first and its
+// parent's (and so on down the chain) for every other entry of its table.
+#define RVVK_USE_PARENT_partial(v, parent) \
+  namespace v_##v {                        \
+  using namespace v_##parent;              \
+  }
+#define RVVK_USE_PARENT_full(v, parent)
+#define RVVK_USE_PARENT(a, v, arch, parent, kind, vlen, flags, test) \
+  RVVK_IF(RVVK_HAVE(v))(RVVK_USE_PARENT_##kind(v, parent))
+RVVK_VARIANT_TABLE(RVVK_USE_PARENT, ~)
+#define RVVK_DECLARE_OWN(a, v, kernel) \
+  RVVK_IF(RVVK_HAVE(v))(namespace v_##v { decltype(rvvk::kernel) kernel; })
+RVVK_PARTIAL_KERNELS(RVVK_DECLARE_OWN, ~)
 
 namespace {
 
-struct Table {
+// The compiled variants, in the order of the variants table.
+struct Variant {
   const char* name;
-#define RVVK_KERNEL(name, params, args) void(*name) params;
+  bool (*runnable)(const CpuInfo& cpu);
+};
+#define RVVK_VARIANT_ROW(a, v, arch, parent, kind, vlen, flags, test) \
+  RVVK_IF(RVVK_HAVE(v))(Variant{#v, [](const CpuInfo& cpu) -> bool { return (void)cpu, test; }}, )
+constexpr Variant kVariants[] = {RVVK_VARIANT_TABLE(RVVK_VARIANT_ROW, ~)};
+#undef RVVK_VARIANT_ROW
+constexpr int kNumVariants = static_cast<int>(sizeof kVariants / sizeof kVariants[0]);
+
+// Per kernel: its implementation in each compiled variant, indexed like kVariants.
+#define RVVK_ADDRESS(kernel, v, arch, parent, kind, vlen, flags, test) \
+  RVVK_IF(RVVK_HAVE(v))(&v_##v::kernel, )
+#define RVVK_KERNEL(name, params, args) \
+  void (*const k_##name[]) params = {RVVK_VARIANT_TABLE(RVVK_ADDRESS, name)};
 #include "rvvk/kernels.def"
 #undef RVVK_KERNEL
-};
+#undef RVVK_ADDRESS
 
-#define RVVK_KERNEL(name, params, args) &RVVK_TABLE_NS::name,
-const Table kTables[] = {
-#if RVVK_HAVE_portable
-#define RVVK_TABLE_NS v_portable
-    Table{"portable",
-#include "rvvk/kernels.def"
-    },
-#undef RVVK_TABLE_NS
-#endif
-#if RVVK_HAVE_rvv
-#define RVVK_TABLE_NS v_rvv
-    Table{"rvv",
-#include "rvvk/kernels.def"
-    },
-#undef RVVK_TABLE_NS
-#endif
-#if RVVK_HAVE_rvv_zvfh
-#define RVVK_TABLE_NS v_rvv_zvfh
-    Table{"rvv_zvfh",
-#include "rvvk/kernels.def"
-    },
-#undef RVVK_TABLE_NS
-#endif
-#if RVVK_HAVE_x86_avx2
-#define RVVK_TABLE_NS v_x86_avx2
-    Table{"x86_avx2",
-#include "rvvk/kernels.def"
-    },
-#undef RVVK_TABLE_NS
-#endif
-#if RVVK_HAVE_x86_avx512
-#define RVVK_TABLE_NS v_x86_avx512
-    Table{"x86_avx512",
-#include "rvvk/kernels.def"
-    },
-#undef RVVK_TABLE_NS
-#endif
-#if RVVK_HAVE_x86_avx512_bf16
-#define RVVK_TABLE_NS v_x86_avx512_bf16
-    Table{"x86_avx512_bf16",
-#include "rvvk/kernels.def"
-    },
-#undef RVVK_TABLE_NS
-#endif
-#if RVVK_HAVE_x86_amx
-#define RVVK_TABLE_NS v_x86_amx
-    Table{"x86_amx",
-#include "rvvk/kernels.def"
-    },
-#undef RVVK_TABLE_NS
-#endif
-};
-#undef RVVK_KERNEL
+bool runnable(int v) { return kVariants[v].runnable(cpu_info()); }
 
-constexpr std::size_t kNumTables = sizeof kTables / sizeof kTables[0];
-
-bool runnable(const Table& t) {
-  const CpuInfo cpu = cpu_info();
-  if (std::strcmp(t.name, "portable") == 0) return true;
-  if (std::strcmp(t.name, "rvv") == 0) return cpu.has_v;
-  if (std::strcmp(t.name, "rvv_zvfh") == 0) return cpu.has_v && cpu.zvfh;
-  if (std::strcmp(t.name, "x86_avx2") == 0) return cpu.avx2;
-  if (std::strcmp(t.name, "x86_avx512") == 0) return cpu.avx512;
-  if (std::strcmp(t.name, "x86_avx512_bf16") == 0) return cpu.avx512_bf16;
-  if (std::strcmp(t.name, "x86_amx") == 0) return cpu.avx512_bf16 && cpu.amx_bf16;
-  return false;
-}
-
-const Table* find(const char* name) {
-  for (const Table& t : kTables)
-    if (std::strcmp(t.name, name) == 0) return &t;
-  return nullptr;
+int find(const char* name) {
+  for (int v = 0; v < kNumVariants; ++v)
+    if (std::strcmp(kVariants[v].name, name) == 0) return v;
+  return -1;
 }
 
 std::string g_error;
-std::atomic<const Table*> g_active{nullptr};
+std::atomic<int> g_active{-1};
 std::once_flag g_init;
 
 void init() {
-  // Best runnable variant: tables are listed from least to most capable.
-  const Table* best = &kTables[0];
-  for (const Table& t : kTables)
-    if (runnable(t)) best = &t;
+  // Best runnable variant: the table lists them from least to most capable.
+  int best = 0;
+  for (int v = 0; v < kNumVariants; ++v)
+    if (runnable(v)) best = v;
   if (const char* want = std::getenv("RVVK_VARIANT"); want && *want) {
-    const Table* t = find(want);
-    if (t && runnable(*t)) {
-      best = t;
+    const int v = find(want);
+    if (v >= 0 && runnable(v)) {
+      best = v;
     } else {
       g_error = std::string("RVVK_VARIANT=") + want + " cannot be used: " +
-                (t ? "this CPU lacks the extensions it needs" : "it is not compiled in") +
-                " (compiled: " + compiled_variants() + "); using " + best->name;
+                (v >= 0 ? "this CPU lacks the extensions it needs" : "it is not compiled in") +
+                " (compiled: " + compiled_variants() + "); using " + kVariants[best].name;
     }
   }
   g_active.store(best, std::memory_order_release);
 }
 
-const Table& active() {
-  const Table* t = g_active.load(std::memory_order_acquire);
-  if (t) return *t;
+int active() {
+  const int v = g_active.load(std::memory_order_acquire);
+  if (v >= 0) return v;
   std::call_once(g_init, init);
-  return *g_active.load(std::memory_order_acquire);
+  return g_active.load(std::memory_order_acquire);
 }
 
 }  // namespace
@@ -177,27 +114,27 @@ const Table& active() {
 const char* compiled_variants() {
   static const std::string names = [] {
     std::string s;
-    for (const Table& t : kTables) {
+    for (const Variant& v : kVariants) {
       if (!s.empty()) s += ',';
-      s += t.name;
+      s += v.name;
     }
     return s;
   }();
   return names.c_str();
 }
 
-const char* active_variant() { return active().name; }
+const char* active_variant() { return kVariants[active()].name; }
 
 bool variant_supported(const char* name) {
-  const Table* t = find(name);
-  return t && runnable(*t);
+  const int v = find(name);
+  return v >= 0 && runnable(v);
 }
 
 bool set_variant(const char* name) {
   active();  // settle the default (and RVVK_VARIANT) first
-  const Table* t = find(name);
-  if (!t || !runnable(*t)) return false;
-  g_active.store(t, std::memory_order_release);
+  const int v = find(name);
+  if (v < 0 || !runnable(v)) return false;
+  g_active.store(v, std::memory_order_release);
   return true;
 }
 
@@ -207,10 +144,10 @@ const char* variant_error() {
 }
 
 #define RVVK_KERNEL(name, params, args) \
-  void name params { active().name args; }
+  void name params { k_##name[active()] args; }
 #include "rvvk/kernels.def"
 #undef RVVK_KERNEL
 
-static_assert(kNumTables >= 1, "at least the portable variant must be compiled");
+static_assert(RVVK_HAVE(portable), "the portable variant must always be compiled");
 
 }  // namespace rvvk
