@@ -1,10 +1,13 @@
 // Variant selection and the dispatch tables, from the variants table (variants.def)
 // and the kernel manifest (kernels.def).
+#include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "rvvk/rvvk.h"
 #include "rvvk/variants.def"
@@ -67,46 +70,68 @@ constexpr int kNumVariants = static_cast<int>(sizeof kVariants / sizeof kVariant
 #define RVVK_ADDRESS(kernel, v, arch, parent, kind, vlen, flags, test) \
   RVVK_IF(RVVK_HAVE(v))(&v_##v::kernel, )
 #define RVVK_KERNEL(name, params, args) \
-  void (*const k_##name[]) params = {RVVK_VARIANT_TABLE(RVVK_ADDRESS, name)};
+  constexpr void (*const k_##name[]) params = {RVVK_VARIANT_TABLE(RVVK_ADDRESS, name)};
 #include "rvvk/kernels.def"
 #undef RVVK_KERNEL
 #undef RVVK_ADDRESS
 
-bool runnable(int v) { return kVariants[v].runnable(cpu_info()); }
+// Per variant: its kernels (the dispatch table; constant-initialised).
+struct Table {
+  const char* name;
+  bool (*runnable)(const CpuInfo& cpu);
+#define RVVK_KERNEL(name, params, args) void(*name) params = nullptr;
+#include "rvvk/kernels.def"
+#undef RVVK_KERNEL
+};
+constexpr Table make_table(int v) {
+  Table t{kVariants[v].name, kVariants[v].runnable};
+#define RVVK_KERNEL(name, params, args) t.name = k_##name[v];
+#include "rvvk/kernels.def"
+#undef RVVK_KERNEL
+  return t;
+}
+template <std::size_t... v>
+constexpr std::array<Table, sizeof...(v)> make_tables(std::index_sequence<v...>) {
+  return {{make_table(static_cast<int>(v))...}};
+}
+constexpr std::array<Table, kNumVariants> kTables =
+    make_tables(std::make_index_sequence<kNumVariants>());
 
-int find(const char* name) {
-  for (int v = 0; v < kNumVariants; ++v)
-    if (std::strcmp(kVariants[v].name, name) == 0) return v;
-  return -1;
+bool runnable(const Table& t) { return t.runnable(cpu_info()); }
+
+const Table* find(const char* name) {
+  for (const Table& t : kTables)
+    if (std::strcmp(t.name, name) == 0) return &t;
+  return nullptr;
 }
 
 std::string g_error;
-std::atomic<int> g_active{-1};
+std::atomic<const Table*> g_active{nullptr};
 std::once_flag g_init;
 
 void init() {
   // Best runnable variant: the table lists them from least to most capable.
-  int best = 0;
-  for (int v = 0; v < kNumVariants; ++v)
-    if (runnable(v)) best = v;
+  const Table* best = &kTables[0];
+  for (const Table& t : kTables)
+    if (runnable(t)) best = &t;
   if (const char* want = std::getenv("RVVK_VARIANT"); want && *want) {
-    const int v = find(want);
-    if (v >= 0 && runnable(v)) {
-      best = v;
+    const Table* t = find(want);
+    if (t && runnable(*t)) {
+      best = t;
     } else {
       g_error = std::string("RVVK_VARIANT=") + want + " cannot be used: " +
-                (v >= 0 ? "this CPU lacks the extensions it needs" : "it is not compiled in") +
-                " (compiled: " + compiled_variants() + "); using " + kVariants[best].name;
+                (t ? "this CPU lacks the extensions it needs" : "it is not compiled in") +
+                " (compiled: " + compiled_variants() + "); using " + best->name;
     }
   }
   g_active.store(best, std::memory_order_release);
 }
 
-int active() {
-  const int v = g_active.load(std::memory_order_acquire);
-  if (v >= 0) return v;
+const Table& active() {
+  const Table* t = g_active.load(std::memory_order_acquire);
+  if (t) return *t;
   std::call_once(g_init, init);
-  return g_active.load(std::memory_order_acquire);
+  return *g_active.load(std::memory_order_acquire);
 }
 
 }  // namespace
@@ -114,27 +139,27 @@ int active() {
 const char* compiled_variants() {
   static const std::string names = [] {
     std::string s;
-    for (const Variant& v : kVariants) {
+    for (const Table& t : kTables) {
       if (!s.empty()) s += ',';
-      s += v.name;
+      s += t.name;
     }
     return s;
   }();
   return names.c_str();
 }
 
-const char* active_variant() { return kVariants[active()].name; }
+const char* active_variant() { return active().name; }
 
 bool variant_supported(const char* name) {
-  const int v = find(name);
-  return v >= 0 && runnable(v);
+  const Table* t = find(name);
+  return t && runnable(*t);
 }
 
 bool set_variant(const char* name) {
   active();  // settle the default (and RVVK_VARIANT) first
-  const int v = find(name);
-  if (v < 0 || !runnable(v)) return false;
-  g_active.store(v, std::memory_order_release);
+  const Table* t = find(name);
+  if (!t || !runnable(*t)) return false;
+  g_active.store(t, std::memory_order_release);
   return true;
 }
 
@@ -144,7 +169,7 @@ const char* variant_error() {
 }
 
 #define RVVK_KERNEL(name, params, args) \
-  void name params { k_##name[active()] args; }
+  void name params { active().name args; }
 #include "rvvk/kernels.def"
 #undef RVVK_KERNEL
 
