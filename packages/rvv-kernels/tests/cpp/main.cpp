@@ -8,6 +8,7 @@
 
 #include "harness.h"
 #include "rvvk/rvvk.h"
+#include "rvvk/variants.def"
 
 namespace rvvk_test {
 
@@ -23,6 +24,16 @@ std::string fmt(const char* format, ...) {
   std::vsnprintf(buf, sizeof buf, format, ap);
   va_end(ap);
   return buf;
+}
+
+// The vector length a variant works with (the variants table's vlen column): the
+// CPU's for RVV, fixed otherwise; 0 for a name the table does not know.
+unsigned variant_vlen(const std::string& variant, const rvvk::CpuInfo& cpu) {
+#define RVVK_VLEN(a, name, arch, parent, kind, vlen, flags, test) \
+  if (variant == #name) return vlen;
+  RVVK_VARIANT_TABLE(RVVK_VLEN, ~)
+#undef RVVK_VLEN
+  return 0;
 }
 
 }  // namespace rvvk_test
@@ -80,10 +91,7 @@ int main(int argc, char** argv) {
     }
     for (auto& [name, fn] : registry()) {
       if (!std::strstr(name.c_str(), filter)) continue;
-      // The vector length the variant works with: the CPU's for RVV, fixed otherwise.
-      const unsigned vlen = variant == "portable" || variant == "x86_avx2" ? 256u
-                            : variant.rfind("x86_", 0) == 0              ? 512u
-                                                                         : cpu.vlen_bits;
+      const unsigned vlen = variant_vlen(variant, cpu);
       Context ctx{variant, vlen};
       const auto start = std::chrono::steady_clock::now();
       fn(ctx);

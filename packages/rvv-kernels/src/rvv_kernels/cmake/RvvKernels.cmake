@@ -14,11 +14,12 @@
 # ISA-specific code sits in csrc/kernels/<op>/<isa>/ (isa: generic or a variant
 # name), only where it differs from the generic code. Compiling <op> for variant
 # V puts on the include path, in order, <op>/V, <op>/parent(V), ... and
-# <op>/generic (the parents: RVVK_PARENT_<variant> below), so the driver's
-# `#include "<op>_isa.h"` finds the most specific implementation. The partial
-# variants (RVVK_PARTIAL_VARIANTS: x86_avx512_bf16, x86_amx) compile only the
-# ops that have a folder <op>/<variant>/; their other kernels are those of
-# their parent variant (runtime/dispatch.cpp declares which).
+# <op>/generic (the parents: RVVK_PARENT_<variant>, from the variants table
+# include/rvvk/variants.def), so the driver's `#include "<op>_isa.h"` finds the
+# most specific implementation. The partial variants (RVVK_PARTIAL_<variant>:
+# x86_avx512_bf16, x86_amx) compile only the ops that have a folder
+# <op>/<variant>/; their other kernels are those of their parent variant
+# (runtime/dispatch.cpp declares which, from the table's RVVK_PARTIAL_KERNELS).
 #
 # Options:
 #   RVVK_ENABLE_RVV   (ON)  compile the RVV variants when targeting riscv64
@@ -56,136 +57,139 @@ option(RVVK_ENABLE_RVV "Compile the RVV variants when targeting riscv64" ON)
 option(RVVK_ENABLE_ZVFH "Compile the RVV+Zvfh variant when the compiler supports it" ON)
 option(RVVK_ENABLE_X86 "Compile the x86_avx2 and x86_avx512 variants when targeting x86-64" ON)
 
-set(RVVK_VARIANTS portable)
-set(RVVK_FLAGS_portable ${RVVK_PORTABLE_FLAGS})
-
-if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(riscv64|rv64)")
-  # The portable variant is the scalar baseline: no vector unit at all.
-  list(APPEND RVVK_FLAGS_portable -march=rv64gc)
-  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
-    list(APPEND RVVK_FLAGS_portable -fno-vectorize -fno-slp-vectorize)
-  endif()
-  if(RVVK_ENABLE_RVV)
-    set(_rvvk_probe_v "
+# The variants come from the variants table, include/rvvk/variants.def (one X(...) row
+# per variant: name, arch, parent, kind, vlen, "flags", CPU test). A row is compiled
+# when its arch is the target's, its option is on, its parent was compiled and the
+# compiler builds its probe below (`_rvvk_probe_<variant>`, if any) with its flags.
+# Sets RVVK_VARIANTS (table order), RVVK_FLAGS_<v>, RVVK_PARENT_<v> (empty for none)
+# and RVVK_PARTIAL_<v> (TRUE for a partial variant).
+set(_rvvk_probe_rvv "
 #include <riscv_vector.h>
 int main() { float x[4] = {1, 2, 3, 4}; size_t vl = __riscv_vsetvl_e32m1(4);
   vfloat32m1_t v = __riscv_vle32_v_f32m1(x, vl);
   vfloat32m1_t z = __riscv_vfmv_v_f_f32m1(0.0f, 1);
   return (int)__riscv_vfmv_f_s_f32m1_f32(__riscv_vfredusum_vs_f32m1_f32m1(v, z, vl)); }")
-    rvvk_probe(RVVK_COMPILER_HAS_RVV "${_rvvk_probe_v}" -march=rv64gcv)
-    if(NOT RVVK_COMPILER_HAS_RVV)
-      message(FATAL_ERROR
-        "rvv-kernels: ${CMAKE_CXX_COMPILER} cannot compile RVV 1.0 intrinsics (__riscv_ prefix) "
-        "with -march=rv64gcv. Use clang >= 16 (tools/provision.sh toolchain installs clang-16), "
-        "or configure with -DRVVK_ENABLE_RVV=OFF for a portable-only build.")
-    endif()
-    list(APPEND RVVK_VARIANTS rvv)
-    set(RVVK_FLAGS_rvv -march=rv64gcv)
-    if(RVVK_ENABLE_ZVFH)
-      set(_rvvk_probe_zvfh "
+set(_rvvk_probe_rvv_zvfh "
 #include <riscv_vector.h>
 int main() { _Float16 h[2] = {1, 2}; float f[2]; size_t vl = __riscv_vsetvl_e16mf2(2);
   __riscv_vse32_v_f32m1(f, __riscv_vfwcvt_f_f_v_f32m1(__riscv_vle16_v_f16mf2(h, vl), vl), vl);
   return (int)f[1]; }")
-      foreach(_flags "-march=rv64gcv_zfh_zvfh" "-march=rv64gcv_zfh_zvfh0p1 -menable-experimental-extensions")
-        string(MAKE_C_IDENTIFIER "RVVK_ZVFH_${_flags}" _var)
-        rvvk_probe(${_var} "${_rvvk_probe_zvfh}" "${_flags}")
-        if(${_var})
-          list(APPEND RVVK_VARIANTS rvv_zvfh)
-          separate_arguments(RVVK_FLAGS_rvv_zvfh UNIX_COMMAND "${_flags}")
-          break()
-        endif()
-      endforeach()
-      if(NOT "rvv_zvfh" IN_LIST RVVK_VARIANTS)
-        message(WARNING "rvv-kernels: the compiler cannot build Zvfh code; no rvv_zvfh variant")
-      endif()
-    endif()
-  endif()
-endif()
-if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND RVVK_ENABLE_X86)
-  set(_rvvk_avx2_flags -mavx2 -mfma -mf16c)
-  set(_rvvk_probe_avx2 "
+set(_rvvk_probe_x86_avx2 "
 #include <immintrin.h>
 int main() { float x[8] = {1}; __m256 v = _mm256_maskload_ps(x, _mm256_set1_epi32(-1));
   __m256 h = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)x));
   __m256i i = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)x));
   return _mm256_extract_epi32(i, 0) + (int)_mm256_cvtss_f32(_mm256_fmadd_ps(v, h, v)); }")
-  rvvk_probe(RVVK_COMPILER_HAS_AVX2 "${_rvvk_probe_avx2}" ${_rvvk_avx2_flags})
-  if(RVVK_COMPILER_HAS_AVX2)
-    list(APPEND RVVK_VARIANTS x86_avx2)
-    # -ffp-contract=off: see x86_avx512 below.
-    set(RVVK_FLAGS_x86_avx2 ${_rvvk_avx2_flags} -ffp-contract=off -DRVVK_VEC_AVX2=1)
-  else()
-    message(WARNING "rvv-kernels: ${CMAKE_CXX_COMPILER} cannot compile AVX2 intrinsics; "
-                    "no x86_avx2 variant")
-  endif()
-  set(_rvvk_avx512_flags -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c)
-  set(_rvvk_probe_avx512 "
+set(_rvvk_probe_x86_avx512 "
 #include <immintrin.h>
 int main() { float x[16] = {1}; __m512 v = _mm512_maskz_loadu_ps(0x3, x);
   __m256i h = _mm256_maskz_loadu_epi16(0x3, x); __m128i b = _mm_maskz_loadu_epi8(0x3, x);
   return (int)_mm512_reduce_add_ps(_mm512_add_ps(v, _mm512_cvtph_ps(h)))
          + _mm_extract_epi8(b, 0); }")
-  rvvk_probe(RVVK_COMPILER_HAS_AVX512 "${_rvvk_probe_avx512}" ${_rvvk_avx512_flags})
-  if(RVVK_COMPILER_HAS_AVX512)
-    list(APPEND RVVK_VARIANTS x86_avx512)
-    # No contraction of separate multiplies and adds into FMAs (GCC fuses even the
-    # intrinsics' vector arithmetic by default): the kernels fuse where they say fmacc,
-    # as the RVV intrinsics do, so both vector variants round alike.
-    set(RVVK_FLAGS_x86_avx512 ${_rvvk_avx512_flags} -ffp-contract=off -DRVVK_VEC_AVX512=1)
-    set(_rvvk_bf16_flags ${_rvvk_avx512_flags} -mavx512bf16)
-    set(_rvvk_probe_bf16 "
+set(_rvvk_probe_x86_avx512_bf16 "
 #include <immintrin.h>
 int main() { float x[16] = {1}; __m512bh p = (__m512bh)_mm512_loadu_si512(x);
   return (int)_mm512_reduce_add_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), p, p)); }")
-    rvvk_probe(RVVK_COMPILER_HAS_AVX512_BF16 "${_rvvk_probe_bf16}" ${_rvvk_bf16_flags})
-    if(RVVK_COMPILER_HAS_AVX512_BF16)
-      list(APPEND RVVK_VARIANTS x86_avx512_bf16)
-      set(RVVK_FLAGS_x86_avx512_bf16 ${_rvvk_bf16_flags} -ffp-contract=off -DRVVK_VEC_AVX512=1)
-    else()
-      message(WARNING "rvv-kernels: ${CMAKE_CXX_COMPILER} cannot compile AVX512-BF16 "
-                      "intrinsics; no x86_avx512_bf16 or x86_amx variant")
-    endif()
-    set(_rvvk_amx_flags ${_rvvk_bf16_flags} -mamx-tile -mamx-bf16)
-    set(_rvvk_probe_amx "
+set(_rvvk_probe_x86_amx "
 #include <immintrin.h>
 int main() { alignas(64) unsigned char cfg[64] = {1}; float x[32] = {1};
   _tile_loadconfig(cfg); _tile_zero(0); _tile_loadd(1, x, 64);
   _tile_loadd(2, x, 64); _tile_dpbf16ps(0, 1, 2); _tile_stored(0, x, 64); _tile_release();
   __m512bh p = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x), _mm512_loadu_ps(x));
   return (int)x[0] + (int)_mm512_reduce_add_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), p, p)); }")
-    if(RVVK_COMPILER_HAS_AVX512_BF16)  # x86_amx builds on x86_avx512_bf16
-      rvvk_probe(RVVK_COMPILER_HAS_AMX "${_rvvk_probe_amx}" ${_rvvk_amx_flags})
+
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(riscv64|rv64)")
+  set(_rvvk_arch riscv64)
+elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+  set(_rvvk_arch x86_64)
+else()
+  set(_rvvk_arch other)
+endif()
+set(RVVK_VARIANTS)
+set(_rvvk_variants_def "${RVVK_SOURCE_DIR}/include/rvvk/variants.def")
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_rvvk_variants_def}")
+file(READ "${_rvvk_variants_def}" _rvvk_def)
+string(REPLACE "\\\n" "\n" _rvvk_def "${_rvvk_def}")  # the macro's line continuations
+string(REGEX MATCHALL "\n *X\\(A, [^\n]*" _rvvk_rows "${_rvvk_def}")
+set(_rvvk_row_re
+    "^\n *X\\(A, *([a-z0-9_]+), *([a-z0-9_]+), *([a-z0-9_]+), *(full|partial), *[^,]+, *\"([^\"]*)\",")
+foreach(_row IN LISTS _rvvk_rows)
+  if(NOT _row MATCHES "${_rvvk_row_re}")
+    message(FATAL_ERROR "rvv-kernels: cannot read this row of ${_rvvk_variants_def}: ${_row}")
+  endif()
+  set(_v ${CMAKE_MATCH_1})
+  set(_arch ${CMAKE_MATCH_2})
+  set(_parent ${CMAKE_MATCH_3})
+  set(_kind ${CMAKE_MATCH_4})
+  string(REPLACE "|" ";" _alternatives "${CMAKE_MATCH_5}")
+  if(NOT _arch STREQUAL "any" AND NOT _arch STREQUAL _rvvk_arch)
+    continue()
+  endif()
+  if((_arch STREQUAL "riscv64" AND NOT RVVK_ENABLE_RVV)
+     OR (_arch STREQUAL "x86_64" AND NOT RVVK_ENABLE_X86)
+     OR (_v STREQUAL "rvv_zvfh" AND NOT RVVK_ENABLE_ZVFH))
+    continue()
+  endif()
+  if(NOT _parent STREQUAL "none" AND NOT _parent IN_LIST RVVK_VARIANTS)
+    continue()  # the parent's probe failed and said so
+  endif()
+  set(_flags)
+  foreach(_alt IN LISTS _alternatives)
+    separate_arguments(_alt_flags UNIX_COMMAND "${_alt}")
+    if(DEFINED _rvvk_probe_${_v})
+      string(MAKE_C_IDENTIFIER "RVVK_PROBE_${_v}_${_alt}" _var)
+      rvvk_probe(${_var} "${_rvvk_probe_${_v}}" ${_alt_flags})
+      if(NOT ${_var})
+        continue()
+      endif()
     endif()
-    if(RVVK_COMPILER_HAS_AMX)
-      list(APPEND RVVK_VARIANTS x86_amx)
-      set(RVVK_FLAGS_x86_amx ${_rvvk_amx_flags} -ffp-contract=off -DRVVK_VEC_AVX512=1
-          -DRVVK_AMX=1)
-    elseif(RVVK_COMPILER_HAS_AVX512_BF16)
-      message(WARNING "rvv-kernels: ${CMAKE_CXX_COMPILER} cannot compile AMX intrinsics; "
-                      "no x86_amx variant")
+    set(_flags ${_alt_flags})
+    set(_found TRUE)
+    break()
+  endforeach()
+  if(NOT _alternatives)
+    set(_found TRUE)
+  endif()
+  if(NOT _found)
+    if(_v STREQUAL "rvv")
+      message(FATAL_ERROR
+        "rvv-kernels: ${CMAKE_CXX_COMPILER} cannot compile RVV 1.0 intrinsics (__riscv_ prefix) "
+        "with -march=rv64gcv. Use clang >= 16 (tools/provision.sh toolchain installs clang-16), "
+        "or configure with -DRVVK_ENABLE_RVV=OFF for a portable-only build.")
     endif()
+    message(WARNING "rvv-kernels: ${CMAKE_CXX_COMPILER} cannot compile the ${_v} variant's "
+                    "intrinsics; no ${_v} variant (nor any variant built on it)")
+    unset(_found)
+    continue()
+  endif()
+  unset(_found)
+  list(APPEND RVVK_VARIANTS ${_v})
+  set(RVVK_FLAGS_${_v} ${_flags})
+  if(_parent STREQUAL "none")
+    set(RVVK_PARENT_${_v} "")
   else()
-    message(WARNING "rvv-kernels: ${CMAKE_CXX_COMPILER} cannot compile AVX-512 intrinsics; "
-                    "no x86_avx512 variant")
+    set(RVVK_PARENT_${_v} ${_parent})
+  endif()
+  if(_kind STREQUAL "partial")
+    set(RVVK_PARTIAL_${_v} TRUE)
+  else()
+    set(RVVK_PARTIAL_${_v} FALSE)
+  endif()
+endforeach()
+if(NOT "portable" IN_LIST RVVK_VARIANTS)
+  message(FATAL_ERROR "rvv-kernels: ${_rvvk_variants_def} has no portable row")
+endif()
+# The portable variant's flags are the user's; on riscv64 it is also the scalar
+# baseline of the instruction counts: no vector unit, no auto-vectorisation.
+list(APPEND RVVK_FLAGS_portable ${RVVK_PORTABLE_FLAGS})
+if(_rvvk_arch STREQUAL "riscv64")
+  list(APPEND RVVK_FLAGS_portable -march=rv64gc)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    list(APPEND RVVK_FLAGS_portable -fno-vectorize -fno-slp-vectorize)
   endif()
 endif()
 message(STATUS "rvv-kernels variants: ${RVVK_VARIANTS}")
 
-# ---- Variant parents (the ISA-folder fallback chain) and partial variants ----
-# RVVK_PARENT_<v>: the variant whose ISA folders <v> falls back to before
-# generic (empty: a root variant, generic only). A partial variant compiles
-# only the ops with a folder of its own; dispatch.cpp takes the rest from the
-# parent.
-set(RVVK_PARENT_portable "")
-set(RVVK_PARENT_rvv "")
-set(RVVK_PARENT_rvv_zvfh rvv)
-set(RVVK_PARENT_x86_avx2 "")
-set(RVVK_PARENT_x86_avx512 "")
-set(RVVK_PARENT_x86_avx512_bf16 x86_avx512)
-set(RVVK_PARENT_x86_amx x86_avx512_bf16)
-set(RVVK_PARTIAL_VARIANTS x86_avx512_bf16 x86_amx)
-# ---- end of variant parents ----
 
 
 # <op_dir>/V, <op_dir>/parent(V), ... that exist, then <op_dir>/generic: the
@@ -210,7 +214,7 @@ function(rvvk_add_op_objects prefix op_dir)
   file(GLOB _sources CONFIGURE_DEPENDS "${op_dir}/*.cpp")
   set(_targets)
   foreach(_v IN LISTS RVVK_VARIANTS)
-    if(_v IN_LIST RVVK_PARTIAL_VARIANTS AND NOT IS_DIRECTORY "${op_dir}/${_v}")
+    if(RVVK_PARTIAL_${_v} AND NOT IS_DIRECTORY "${op_dir}/${_v}")
       continue()  # the parent variant's kernel serves this one
     endif()
     rvvk_isa_dirs(_dirs "${op_dir}" ${_v})

@@ -1,141 +1,104 @@
-// Variant selection and the dispatch table driven by kernels.def.
+// Variant selection and the dispatch tables, from the variants table (variants.def)
+// and the kernel manifest (kernels.def).
+#include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "rvvk/rvvk.h"
+#include "rvvk/variants.def"
 
 namespace rvvk {
 
-// Declarations of each compiled variant's kernels.
-#define RVVK_KERNEL(name, params, args) void name params;
-#if RVVK_HAVE_portable
-namespace v_portable {
+// RVVK_IS_1(x): 1 if x is a macro defined as 1 (CMake defines RVVK_HAVE_<variant>=1
+// for each compiled variant), else 0; RVVK_IF(c)(...) keeps its arguments iff c is 1.
+#define RVVK_ARG2_(a, b, ...) b
+#define RVVK_ARG2(...) RVVK_ARG2_(__VA_ARGS__, 0, ~)
+#define RVVK_PROBE_1 ~, 1
+#define RVVK_CAT_(a, b) a##b
+#define RVVK_CAT(a, b) RVVK_CAT_(a, b)
+#define RVVK_IS_1(x) RVVK_ARG2(RVVK_CAT(RVVK_PROBE_, x), 0)
+#define RVVK_IF_0(...)
+#define RVVK_IF_1(...) __VA_ARGS__
+#define RVVK_IF(c) RVVK_CAT(RVVK_IF_, c)
+#define RVVK_HAVE(v) RVVK_IS_1(RVVK_HAVE_##v)
+
+// Declarations of each compiled full variant's kernels (once per kernel and variant).
+#define RVVK_DECLARE_full(kernel, v) \
+  namespace v_##v {                  \
+  decltype(rvvk::kernel) kernel;     \
+  }
+#define RVVK_DECLARE_partial(kernel, v)
+#define RVVK_DECLARE(kernel, v, arch, parent, kind, vlen, flags, test) \
+  RVVK_IF(RVVK_HAVE(v))(RVVK_DECLARE_##kind(kernel, v))
+#define RVVK_KERNEL(name, params, args) RVVK_VARIANT_TABLE(RVVK_DECLARE, name)
 #include "rvvk/kernels.def"
-}
-#endif
-#if RVVK_HAVE_rvv
-namespace v_rvv {
-#include "rvvk/kernels.def"
-}
-#endif
-#if RVVK_HAVE_rvv_zvfh
-namespace v_rvv_zvfh {
-#include "rvvk/kernels.def"
-}
-#endif
-#if RVVK_HAVE_x86_avx2
-namespace v_x86_avx2 {
-#include "rvvk/kernels.def"
-}
-#endif
-#if RVVK_HAVE_x86_avx512
-namespace v_x86_avx512 {
-#include "rvvk/kernels.def"
-}
-#endif
 #undef RVVK_KERNEL
-// The partial variants compile only the ops with a folder of their own for them
-// (kernels/<op>/<variant>/; RvvKernels.cmake), declared here; qualified
-// lookup finds these first and the variant's below for every other entry of
-// the table (x86_amx -> x86_avx512_bf16 -> x86_avx512).
-#if RVVK_HAVE_x86_avx512_bf16
-namespace v_x86_avx512_bf16 {
-using namespace v_x86_avx512;
-void decode_attention_partial(const DecodeAttentionArgs& args, std::int64_t task_begin,
-                              std::int64_t task_end);
-void decode_attention_merge(const DecodeAttentionArgs& args, std::int64_t task_begin,
-                            std::int64_t task_end);
-void extend_attention(const ExtendAttentionArgs& args, std::int64_t task_begin,
-                      std::int64_t task_end);
-}  // namespace v_x86_avx512_bf16
-#endif
-#if RVVK_HAVE_x86_amx
-namespace v_x86_amx {
-using namespace v_x86_avx512_bf16;
-void extend_attention(const ExtendAttentionArgs& args, std::int64_t task_begin,
-                      std::int64_t task_end);
-}  // namespace v_x86_amx
-#endif
+// A partial variant compiles only the ops with a folder of their own for it
+// (kernels/<op>/<variant>/; RvvKernels.cmake), whose entry points the table's
+// RVVK_PARTIAL_KERNELS lists and which are declared here; qualified lookup finds these first and its
+// parent's (and so on down the chain) for every other entry of its table.
+#define RVVK_USE_PARENT_partial(v, parent) \
+  namespace v_##v {                        \
+  using namespace v_##parent;              \
+  }
+#define RVVK_USE_PARENT_full(v, parent)
+#define RVVK_USE_PARENT(a, v, arch, parent, kind, vlen, flags, test) \
+  RVVK_IF(RVVK_HAVE(v))(RVVK_USE_PARENT_##kind(v, parent))
+RVVK_VARIANT_TABLE(RVVK_USE_PARENT, ~)
+#define RVVK_DECLARE_OWN(a, v, kernel) \
+  RVVK_IF(RVVK_HAVE(v))(namespace v_##v { decltype(rvvk::kernel) kernel; })
+RVVK_PARTIAL_KERNELS(RVVK_DECLARE_OWN, ~)
 
 namespace {
 
+// The compiled variants, in the order of the variants table.
+struct Variant {
+  const char* name;
+  bool (*runnable)(const CpuInfo& cpu);
+};
+#define RVVK_VARIANT_ROW(a, v, arch, parent, kind, vlen, flags, test) \
+  RVVK_IF(RVVK_HAVE(v))(Variant{#v, [](const CpuInfo& cpu) -> bool { return (void)cpu, test; }}, )
+constexpr Variant kVariants[] = {RVVK_VARIANT_TABLE(RVVK_VARIANT_ROW, ~)};
+#undef RVVK_VARIANT_ROW
+constexpr int kNumVariants = static_cast<int>(sizeof kVariants / sizeof kVariants[0]);
+
+// Per kernel: its implementation in each compiled variant, indexed like kVariants.
+#define RVVK_ADDRESS(kernel, v, arch, parent, kind, vlen, flags, test) \
+  RVVK_IF(RVVK_HAVE(v))(&v_##v::kernel, )
+#define RVVK_KERNEL(name, params, args) \
+  constexpr void (*const k_##name[]) params = {RVVK_VARIANT_TABLE(RVVK_ADDRESS, name)};
+#include "rvvk/kernels.def"
+#undef RVVK_KERNEL
+#undef RVVK_ADDRESS
+
+// Per variant: its kernels (the dispatch table; constant-initialised).
 struct Table {
   const char* name;
-#define RVVK_KERNEL(name, params, args) void(*name) params;
+  bool (*runnable)(const CpuInfo& cpu);
+#define RVVK_KERNEL(name, params, args) void(*name) params = nullptr;
 #include "rvvk/kernels.def"
 #undef RVVK_KERNEL
 };
-
-#define RVVK_KERNEL(name, params, args) &RVVK_TABLE_NS::name,
-const Table kTables[] = {
-#if RVVK_HAVE_portable
-#define RVVK_TABLE_NS v_portable
-    Table{"portable",
+constexpr Table make_table(int v) {
+  Table t{kVariants[v].name, kVariants[v].runnable};
+#define RVVK_KERNEL(name, params, args) t.name = k_##name[v];
 #include "rvvk/kernels.def"
-    },
-#undef RVVK_TABLE_NS
-#endif
-#if RVVK_HAVE_rvv
-#define RVVK_TABLE_NS v_rvv
-    Table{"rvv",
-#include "rvvk/kernels.def"
-    },
-#undef RVVK_TABLE_NS
-#endif
-#if RVVK_HAVE_rvv_zvfh
-#define RVVK_TABLE_NS v_rvv_zvfh
-    Table{"rvv_zvfh",
-#include "rvvk/kernels.def"
-    },
-#undef RVVK_TABLE_NS
-#endif
-#if RVVK_HAVE_x86_avx2
-#define RVVK_TABLE_NS v_x86_avx2
-    Table{"x86_avx2",
-#include "rvvk/kernels.def"
-    },
-#undef RVVK_TABLE_NS
-#endif
-#if RVVK_HAVE_x86_avx512
-#define RVVK_TABLE_NS v_x86_avx512
-    Table{"x86_avx512",
-#include "rvvk/kernels.def"
-    },
-#undef RVVK_TABLE_NS
-#endif
-#if RVVK_HAVE_x86_avx512_bf16
-#define RVVK_TABLE_NS v_x86_avx512_bf16
-    Table{"x86_avx512_bf16",
-#include "rvvk/kernels.def"
-    },
-#undef RVVK_TABLE_NS
-#endif
-#if RVVK_HAVE_x86_amx
-#define RVVK_TABLE_NS v_x86_amx
-    Table{"x86_amx",
-#include "rvvk/kernels.def"
-    },
-#undef RVVK_TABLE_NS
-#endif
-};
 #undef RVVK_KERNEL
-
-constexpr std::size_t kNumTables = sizeof kTables / sizeof kTables[0];
-
-bool runnable(const Table& t) {
-  const CpuInfo cpu = cpu_info();
-  if (std::strcmp(t.name, "portable") == 0) return true;
-  if (std::strcmp(t.name, "rvv") == 0) return cpu.has_v;
-  if (std::strcmp(t.name, "rvv_zvfh") == 0) return cpu.has_v && cpu.zvfh;
-  if (std::strcmp(t.name, "x86_avx2") == 0) return cpu.avx2;
-  if (std::strcmp(t.name, "x86_avx512") == 0) return cpu.avx512;
-  if (std::strcmp(t.name, "x86_avx512_bf16") == 0) return cpu.avx512_bf16;
-  if (std::strcmp(t.name, "x86_amx") == 0) return cpu.avx512_bf16 && cpu.amx_bf16;
-  return false;
+  return t;
 }
+template <std::size_t... v>
+constexpr std::array<Table, sizeof...(v)> make_tables(std::index_sequence<v...>) {
+  return {{make_table(static_cast<int>(v))...}};
+}
+constexpr std::array<Table, kNumVariants> kTables =
+    make_tables(std::make_index_sequence<kNumVariants>());
+
+bool runnable(const Table& t) { return t.runnable(cpu_info()); }
 
 const Table* find(const char* name) {
   for (const Table& t : kTables)
@@ -148,7 +111,7 @@ std::atomic<const Table*> g_active{nullptr};
 std::once_flag g_init;
 
 void init() {
-  // Best runnable variant: tables are listed from least to most capable.
+  // Best runnable variant: the table lists them from least to most capable.
   const Table* best = &kTables[0];
   for (const Table& t : kTables)
     if (runnable(t)) best = &t;
@@ -211,6 +174,6 @@ const char* variant_error() {
 #include "rvvk/kernels.def"
 #undef RVVK_KERNEL
 
-static_assert(kNumTables >= 1, "at least the portable variant must be compiled");
+static_assert(RVVK_HAVE(portable), "the portable variant must always be compiled");
 
 }  // namespace rvvk

@@ -6,7 +6,8 @@
 // x86_avx512, x86_avx512_bf16 and x86_amx variants to AVX-512 intrinsics acting
 // as a VLEN-512 unit (vec_avx512.h; x86_avx512_bf16 also gives decode attention
 // bf16 dot products, x86_amx extend attention AMX tiles); in
-// x86_avx2 to AVX2 + FMA + F16C acting as a VLEN-256 unit (vec_avx2.h);
+// x86_avx2 to AVX2 + FMA + F16C acting as a VLEN-256 unit (vec_avx2.h; both x86
+// layers are vec_x86.h's F32<L> over their register traits);
 // elsewhere, and for the scalar "-march=rv64gc" build, to a portable emulation
 // of a vector unit in plain C++.
 //
@@ -22,7 +23,8 @@
 //  - load_strided<T>/store_strided<T> do the same for elements `stride`
 //    elements apart (float, bf16, f16).
 //  - exp, tanh and erf are fp32 approximations on RVV, AVX-512 and AVX2 (a few
-//    ulp; see vec_rvv.h) and the C library's functions in the portable layer.
+//    ulp), written once in vec_math.h over each ISA's register traits, and the C
+//    library's functions in the portable layer.
 //    exp_nonpositive is exp for x <= 0 only (a softmax's score minus its max;
 //    x > 0 unspecified), fewer instructions where the layer has a cheaper form;
 //    both give exactly 0 below -87.33654.

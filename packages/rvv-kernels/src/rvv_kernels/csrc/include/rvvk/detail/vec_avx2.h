@@ -7,8 +7,9 @@
 // moves (which suppress faults on the masked-off lanes), 8- and 16-bit tails
 // through a small buffer (AVX2 has no masked byte or word moves); arithmetic
 // runs on all lanes (tail agnostic), the `_tu` forms, reductions and stores
-// honour vl. exp/tanh/erf are the polynomial approximations of vec_rvv.h (same
-// constants, same special cases), so every vector variant rounds alike.
+// honour vl. F32<L> and I8Acc<L> are vec_x86.h's over this file's register
+// traits avx2::Reg; exp/tanh/erf are vec_math.h's (the same operations and
+// constants as on RVV), so every vector variant rounds alike.
 //
 // Compiled only for the x86_avx2 variant (-mavx2 -mfma -mf16c); the dispatcher
 // runs it only on CPUs with AVX2, FMA and F16C enabled.
@@ -21,6 +22,8 @@
 #include <cstring>
 
 #include "rvvk/detail/scalar.h"
+#include "rvvk/detail/vec_math.h"
+#include "rvvk/detail/vec_x86.h"
 
 namespace rvvk::RVVK_NS::vec {
 
@@ -129,91 +132,6 @@ inline void st(f16* p, __m256 v, std::size_t n) {
   st16(p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), n);
 }
 
-inline __m256 select(__m256 mask, __m256 yes, __m256 no) { return _mm256_blendv_ps(no, yes, mask); }
-
-// exp(x) as in vec_rvv.h: range reduction to [-ln2/2, ln2/2], degree-6 polynomial,
-// exponent by integer add; x < -87.33 gives exactly 0.
-inline __m256 exp(__m256 x) {
-  const __m256 tiny = _mm256_cmp_ps(x, splat(-87.33654f), _CMP_LT_OQ);
-  x = _mm256_max_ps(_mm256_min_ps(x, splat(88.3762626647949f)), splat(-87.33654f));
-  const __m256i n = _mm256_cvtps_epi32(_mm256_mul_ps(x, splat(1.44269504088896341f)));
-  const __m256 nf = _mm256_cvtepi32_ps(n);
-  __m256 r = _mm256_fnmadd_ps(nf, splat(0.693359375f), x);
-  r = _mm256_fnmadd_ps(nf, splat(-2.12194440e-4f), r);
-  __m256 p = _mm256_fmadd_ps(splat(1.9875691500e-4f), r, splat(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, splat(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, splat(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, splat(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, splat(5.0000001201e-1f));
-  __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
-  y = _mm256_add_ps(y, splat(1.0f));
-  const __m256i bits = _mm256_add_epi32(_mm256_castps_si256(y), _mm256_slli_epi32(n, 23));
-  return _mm256_andnot_ps(tiny, _mm256_castsi256_ps(bits));
-}
-
-// exp(x) for x <= 0 (a softmax's score minus its max), with exp's contract
-// there: x log2(e) = n + f with n an integer and |f| <= 1/2 (f from an exact
-// product by FMA plus the low part of log2(e), so the reduction adds no error
-// that grows with |x|), 2^f by a degree-5 polynomial (least squares on
-// [-1/2, 1/2]: relative error 1.1e-7), times 2^n built as a float's exponent
-// field; x < -87.33654 (masked scores, -inf) gives exactly 0, so results are
-// normal numbers or 0; NaN stays NaN. 15 instructions against exp's 19. x > 0
-// is outside its contract.
-inline __m256 exp_nonpositive(__m256 x) {
-  const __m256 tiny = _mm256_cmp_ps(x, splat(-87.33654f), _CMP_LT_OQ);
-  const __m256 log2e = splat(1.44269502e+00f);  // log2(e) = log2e + 1.925963e-8
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, log2e),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 f = _mm256_fmadd_ps(x, splat(1.925963e-8f), _mm256_fmsub_ps(x, log2e, n));
-  __m256 p = _mm256_fmadd_ps(splat(1.3218672248e-3f), f, splat(9.6716983244e-3f));
-  p = _mm256_fmadd_ps(p, f, splat(5.5508930236e-2f));
-  p = _mm256_fmadd_ps(p, f, splat(2.4022237957e-1f));
-  p = _mm256_fmadd_ps(p, f, splat(6.9314688444e-1f));
-  p = _mm256_fmadd_ps(p, f, splat(1.0f));
-  // 2^n = (n + 127) << 23 as a float: n >= -126 wherever x is not tiny
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
-
-// tanh(x) = 1 - 2 / (exp(2x) + 1), saturating to 1 above 40.
-inline __m256 tanh(__m256 x) {
-  const __m256 e = exp(_mm256_mul_ps(x, splat(2.0f)));
-  const __m256 t =
-      _mm256_sub_ps(splat(1.0f), _mm256_div_ps(splat(2.0f), _mm256_add_ps(e, splat(1.0f))));
-  return select(_mm256_cmp_ps(x, splat(40.0f), _CMP_GT_OQ), splat(1.0f), t);
-}
-
-inline __m256 abs(__m256 x) { return _mm256_andnot_ps(splat(-0.0f), x); }
-
-// erf as in vec_rvv.h: x + x P(x^2) for |x| <= 1, else sign(x) (1 - exp(Q(min(|x|, 3.95) - 2.5))).
-inline __m256 erf(__m256 x) {
-  const __m256 a = abs(x);
-  const __m256 t = _mm256_mul_ps(a, a);
-  __m256 p = splat(7.85386073e-05f);
-  p = _mm256_fmadd_ps(p, t, splat(-8.01019371e-04f));
-  p = _mm256_fmadd_ps(p, t, splat(5.18832775e-03f));
-  p = _mm256_fmadd_ps(p, t, splat(-2.68538129e-02f));
-  p = _mm256_fmadd_ps(p, t, splat(1.12835854e-01f));
-  p = _mm256_fmadd_ps(p, t, splat(-3.76126260e-01f));
-  p = _mm256_fmadd_ps(p, t, splat(1.28379166e-01f));
-  const __m256 small = _mm256_fmadd_ps(p, a, a);
-  const __m256 u = _mm256_sub_ps(_mm256_min_ps(a, splat(3.95f)), splat(2.5f));
-  __m256 q = splat(1.62011258e-06f);
-  q = _mm256_fmadd_ps(q, u, splat(-1.32878758e-05f));
-  q = _mm256_fmadd_ps(q, u, splat(7.73762004e-05f));
-  q = _mm256_fmadd_ps(q, u, splat(-4.20217548e-04f));
-  q = _mm256_fmadd_ps(q, u, splat(2.16517528e-03f));
-  q = _mm256_fmadd_ps(q, u, splat(-1.08584482e-02f));
-  q = _mm256_fmadd_ps(q, u, splat(-9.43893671e-01f));
-  q = _mm256_fmadd_ps(q, u, splat(-5.35268068e+00f));
-  q = _mm256_fmadd_ps(q, u, splat(-7.80681515e+00f));
-  const __m256 big = _mm256_sub_ps(splat(1.0f), exp(q));
-  const __m256 r = select(_mm256_cmp_ps(a, splat(1.0f), _CMP_GT_OQ), big, small);
-  // copy x's sign onto r (NaN stays NaN: small is NaN for NaN x and |x| > 1 is false)
-  return _mm256_or_ps(abs(r), _mm256_and_ps(x, splat(-0.0f)));
-}
-
 // Sum of the 8 lanes.
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -228,235 +146,132 @@ inline float hmax(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Register traits of one ymm register for vec_x86.h and vec_math.h (`vl` ignored):
+// a register's active lanes are a count n <= 8.
+struct Reg {
+  using V = __m256;
+  using I = __m256i;
+  using M = __m256;  // all-ones lanes where true
+  using Lanes = std::size_t;
+  using W = __m128i;    // 8 int8 in the low half
+  using I16 = __m128i;  // 8 int16
+  static constexpr std::size_t kLanes = 8;
+  static constexpr Lanes kAll = 8;
+  static Lanes lanes(std::size_t vl, int i) { return active(vl, i); }
+  static bool any(Lanes n) { return n != 0; }
+
+  static V splat(float c, std::size_t = 0) { return _mm256_set1_ps(c); }
+  static V add(V a, V b, std::size_t = 0) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b, std::size_t = 0) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b, std::size_t = 0) { return _mm256_mul_ps(a, b); }
+  static V div(V a, V b, std::size_t = 0) { return _mm256_div_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V fmadd(V a, V b, V c, std::size_t = 0) { return _mm256_fmadd_ps(a, b, c); }
+  static V mul_s(V a, float c, std::size_t) { return _mm256_mul_ps(a, splat(c)); }
+  static V add_s(V a, float c, std::size_t) { return _mm256_add_ps(a, splat(c)); }
+  static V sub_s(V a, float c, std::size_t) { return _mm256_sub_ps(a, splat(c)); }
+  static V rsub_s(V a, float c, std::size_t) { return _mm256_sub_ps(splat(c), a); }
+  static V rdiv_s(V a, float c, std::size_t) { return _mm256_div_ps(splat(c), a); }
+  static V min_s(V a, float c, std::size_t) { return _mm256_min_ps(a, splat(c)); }
+  static V max_s(V a, float c, std::size_t) { return _mm256_max_ps(a, splat(c)); }
+  static V fmacc_s(V acc, float c, V b, std::size_t) { return _mm256_fmadd_ps(splat(c), b, acc); }
+  static V nmsac_s(V acc, float c, V b, std::size_t) { return _mm256_fnmadd_ps(b, splat(c), acc); }
+  static V abs(V a, std::size_t = 0) { return _mm256_andnot_ps(splat(-0.0f), a); }
+  static V copysign(V a, V b, std::size_t) {
+    return _mm256_or_ps(abs(a), _mm256_and_ps(b, splat(-0.0f)));
+  }
+  static I cvt_rne(V a, std::size_t) { return _mm256_cvtps_epi32(a); }
+  static V to_f32(I n, std::size_t) { return _mm256_cvtepi32_ps(n); }
+  static V add_exponent(V y, I n, std::size_t) {
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(y), _mm256_slli_epi32(n, 23)));
+  }
+  static M lt_s(V a, float c, std::size_t) { return _mm256_cmp_ps(a, splat(c), _CMP_LT_OQ); }
+  static M gt_s(V a, float c, std::size_t) { return _mm256_cmp_ps(a, splat(c), _CMP_GT_OQ); }
+  static V zero_where(V a, M m, std::size_t) { return _mm256_andnot_ps(m, a); }
+  static V set_where(V a, M m, float c, std::size_t) { return _mm256_blendv_ps(a, splat(c), m); }
+  static V select(M m, V a, V b, std::size_t) { return _mm256_blendv_ps(b, a, m); }
+  // exp(x) for x <= 0 (a softmax's score minus its max), with exp's contract
+  // there: x log2(e) = n + f with n an integer and |f| <= 1/2 (f from an exact
+  // product by FMA plus the low part of log2(e), so the reduction adds no error
+  // that grows with |x|), 2^f by math::coef::kExp2P, times 2^n built as a
+  // float's exponent field; x < -87.33654 (masked scores, -inf) gives exactly 0,
+  // so results are normal numbers or 0; NaN stays NaN. 15 instructions against
+  // exp's 19. x > 0 is outside its contract.
+  static V exp_nonpositive(V x) {
+    namespace c = math::coef;
+    const __m256 tiny = _mm256_cmp_ps(x, splat(c::kExpMin), _CMP_LT_OQ);
+    const __m256 log2e = splat(c::kLog2eHi);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, log2e),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 f = _mm256_fmadd_ps(x, splat(c::kLog2eLo), _mm256_fmsub_ps(x, log2e, n));
+    __m256 p = _mm256_fmadd_ps(splat(c::kExp2P[0]), f, splat(c::kExp2P[1]));
+    p = math::horner_steps<Reg, 2>(p, f, c::kExp2P, 0, std::make_index_sequence<4>());
+    // 2^n = (n + 127) << 23 as a float: n >= -126 wherever x is not tiny
+    const __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+  }
+
+  template <class T>
+  static V ld(const T* p, Lanes n) {
+    return avx2::ld(p, n);
+  }
+  template <class T>
+  static V load_part(const T* p, Lanes n) {
+    return n ? avx2::ld(p, n) : _mm256_setzero_ps();
+  }
+  template <class T>
+  static void st(T* p, V v, Lanes n) {
+    avx2::st(p, v, n);
+  }
+  static V fmacc_part(V acc, V a, V b, Lanes n) {
+    return _mm256_blendv_ps(acc, _mm256_fmadd_ps(a, b, acc), _mm256_castsi256_ps(mask32(n)));
+  }
+  static V keep(V v, Lanes n) { return _mm256_and_ps(v, _mm256_castsi256_ps(mask32(n))); }
+  static V add_part(V acc, V v, Lanes n) { return _mm256_add_ps(acc, keep(v, n)); }
+  // maxps(x, acc) keeps acc where x is NaN, as the other layers' reductions
+  static V max_part(V acc, V v, Lanes n) {
+    return _mm256_blendv_ps(acc, _mm256_max_ps(v, acc), _mm256_castsi256_ps(mask32(n)));
+  }
+  static V max_first(V v, Lanes n) { return max_part(_mm256_set1_ps(-__builtin_inff()), v, n); }
+  static float hsum(V v) { return avx2::hsum(v); }
+  static float hmax(V v) { return avx2::hmax(v); }
+
+  static I load_u32_part(const std::uint32_t* p, Lanes n) {
+    return n == 8 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                  : _mm256_maskload_epi32(reinterpret_cast<const int*>(p), mask32(n));
+  }
+  static V bf16_low(I w) { return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)); }
+  static V bf16_high(I w) {
+    return _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+  static void store_i8_part(std::int8_t* p, V v, Lanes n) {
+    const __m256i q = _mm256_min_epi32(
+        _mm256_max_epi32(_mm256_cvtps_epi32(v), _mm256_set1_epi32(-127)), _mm256_set1_epi32(127));
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    const __m128i b = _mm_packs_epi16(w, w);  // bytes 0-7: the 8 lanes in order
+    if (n == 8) {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(p), b);
+    } else {
+      alignas(16) std::int8_t buf[16];
+      _mm_store_si128(reinterpret_cast<__m128i*>(buf), b);
+      std::memcpy(p, buf, n);
+    }
+  }
+
+  static I zero_i32() { return _mm256_setzero_si256(); }
+  static W load_i8_part(const std::int8_t* p, Lanes n) { return n ? ld8(p, n) : _mm_setzero_si128(); }
+  static I16 splat_i16(std::int8_t a) { return _mm_set1_epi16(a); }
+  static I16 mul_i8(W w, I16 k) { return _mm_mullo_epi16(_mm_cvtepi8_epi16(w), k); }
+  static I16 add_i16(I16 a, I16 b) { return _mm_add_epi16(a, b); }
+  static I acc_i16(I acc, I16 prod) { return _mm256_add_epi32(acc, _mm256_cvtepi16_epi32(prod)); }
+};
+
 }  // namespace avx2
 
 template <int LMUL>
-struct F32 {
-  static_assert(LMUL == 1 || LMUL == 2 || LMUL == 4 || LMUL == 8, "LMUL 1, 2, 4 or 8");
-  static constexpr int R = LMUL;  // ymm registers per vector
-  static constexpr std::size_t N = 8 * static_cast<std::size_t>(LMUL);
-  struct V {
-    __m256 r[R];
-  };
-  // Packed bf16 pairs of the linear layers (see vec_rvv.h).
-  struct U {
-    __m256i r[R];
-  };
-
-  static std::size_t setvl(std::size_t n) { return n < N ? n : N; }
-  static constexpr std::size_t vlmax() { return N; }
-
-  template <class Op>
-  static V map(V a, Op op) {
-    for (int i = 0; i < R; ++i) a.r[i] = op(a.r[i]);
-    return a;
-  }
-  template <class Op>
-  static V zip(V a, V b, Op op) {
-    for (int i = 0; i < R; ++i) a.r[i] = op(a.r[i], b.r[i]);
-    return a;
-  }
-
-  static V splat(float s, std::size_t) {
-    V r;
-    for (int i = 0; i < R; ++i) r.r[i] = _mm256_set1_ps(s);
-    return r;
-  }
-  static V add(V a, V b, std::size_t) { return zip(a, b, [](__m256 x, __m256 y) { return _mm256_add_ps(x, y); }); }
-  static V sub(V a, V b, std::size_t) { return zip(a, b, [](__m256 x, __m256 y) { return _mm256_sub_ps(x, y); }); }
-  static V mul(V a, V b, std::size_t) { return zip(a, b, [](__m256 x, __m256 y) { return _mm256_mul_ps(x, y); }); }
-  static V div(V a, V b, std::size_t) { return zip(a, b, [](__m256 x, __m256 y) { return _mm256_div_ps(x, y); }); }
-  // max(a, b) keeps a where either is NaN (the portable layer's `a < b ? b : a`):
-  // maxps returns its second operand when either is NaN.
-  static V max(V a, V b, std::size_t) { return zip(a, b, [](__m256 x, __m256 y) { return _mm256_max_ps(y, x); }); }
-  static V mul(V a, float s, std::size_t) {
-    const __m256 k = _mm256_set1_ps(s);
-    return map(a, [k](__m256 x) { return _mm256_mul_ps(x, k); });
-  }
-  static V add(V a, float s, std::size_t) {
-    const __m256 k = _mm256_set1_ps(s);
-    return map(a, [k](__m256 x) { return _mm256_add_ps(x, k); });
-  }
-  static V fmacc(V acc, V a, V b, std::size_t) {
-    for (int i = 0; i < R; ++i) acc.r[i] = _mm256_fmadd_ps(a.r[i], b.r[i], acc.r[i]);
-    return acc;
-  }
-  static V fmacc_tu(V acc, V a, V b, std::size_t vl) {
-    if (vl == N) return fmacc(acc, a, b, vl);
-    for (int i = 0; i < R; ++i) {
-      const __m256 f = _mm256_fmadd_ps(a.r[i], b.r[i], acc.r[i]);
-      acc.r[i] = _mm256_blendv_ps(acc.r[i], f, _mm256_castsi256_ps(avx2::mask32(avx2::active(vl, i))));
-    }
-    return acc;
-  }
-  // acc + s * b
-  static V fmacc(V acc, float s, V b, std::size_t) {
-    const __m256 k = _mm256_set1_ps(s);
-    for (int i = 0; i < R; ++i) acc.r[i] = _mm256_fmadd_ps(k, b.r[i], acc.r[i]);
-    return acc;
-  }
-  RVVK_ALWAYS_INLINE static float reduce_sum(V v, std::size_t vl) {
-    if (vl == N) {
-      for (int w = R / 2; w > 0; w /= 2)
-        for (int i = 0; i < w; ++i) v.r[i] = _mm256_add_ps(v.r[i], v.r[i + w]);
-      return avx2::hsum(v.r[0]);
-    }
-    __m256 acc = _mm256_and_ps(v.r[0], _mm256_castsi256_ps(avx2::mask32(avx2::active(vl, 0))));
-    for (int i = 1; i < R; ++i)
-      acc = _mm256_add_ps(
-          acc, _mm256_and_ps(v.r[i], _mm256_castsi256_ps(avx2::mask32(avx2::active(vl, i)))));
-    return avx2::hsum(acc);
-  }
-  RVVK_ALWAYS_INLINE static float reduce_max(V v, std::size_t vl) {
-    const __m256 ninf = _mm256_set1_ps(-__builtin_inff());
-    __m256 acc = ninf;
-    for (int i = 0; i < R; ++i) {
-      const __m256 m = _mm256_castsi256_ps(avx2::mask32(avx2::active(vl, i)));
-      // maxps(x, acc) keeps acc where x is NaN, as the other layers' reductions
-      acc = _mm256_blendv_ps(acc, _mm256_max_ps(v.r[i], acc), m);
-    }
-    return avx2::hmax(acc);
-  }
-  static V exp(V x, std::size_t) { return map(x, [](__m256 v) { return avx2::exp(v); }); }
-  static V exp_nonpositive(V x, std::size_t) {
-    return map(x, [](__m256 v) { return avx2::exp_nonpositive(v); });
-  }
-  static V tanh(V x, std::size_t) { return map(x, [](__m256 v) { return avx2::tanh(v); }); }
-  static V erf(V x, std::size_t) { return map(x, [](__m256 v) { return avx2::erf(v); }); }
-  static V abs(V v, std::size_t) { return map(v, [](__m256 x) { return avx2::abs(x); }); }
-
-  static U load_u32(const std::uint32_t* p, std::size_t vl) {
-    U r;
-    for (int i = 0; i < R; ++i) {
-      const std::size_t n = avx2::active(vl, i);
-      r.r[i] = n == 8 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 8 * i))
-                      : _mm256_maskload_epi32(reinterpret_cast<const int*>(p + 8 * i),
-                                              avx2::mask32(n));
-    }
-    return r;
-  }
-  static V bf16_low(U w, std::size_t) {
-    V r;
-    for (int i = 0; i < R; ++i) r.r[i] = _mm256_castsi256_ps(_mm256_slli_epi32(w.r[i], 16));
-    return r;
-  }
-  static V bf16_high(U w, std::size_t) {
-    V r;
-    const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-    for (int i = 0; i < R; ++i) r.r[i] = _mm256_castsi256_ps(_mm256_and_si256(w.r[i], hi));
-    return r;
-  }
-  // p[i] = clamp(round_half_even(v[i]), -127, 127) as int8 (finite v; MXCSR rounding).
-  static void store_i8_rne(std::int8_t* p, V v, std::size_t vl) {
-    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
-    for (int i = 0; i < R; ++i) {
-      const std::size_t n = avx2::active(vl, i);
-      if (!n) break;
-      const __m256i q = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(v.r[i]), lo), hi);
-      const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-      const __m128i b = _mm_packs_epi16(w, w);  // bytes 0-7: the 8 lanes in order
-      if (n == 8) {
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(p + 8 * i), b);
-      } else {
-        alignas(16) std::int8_t buf[16];
-        _mm_store_si128(reinterpret_cast<__m128i*>(buf), b);
-        std::memcpy(p + 8 * i, buf, n);
-      }
-    }
-  }
-
-  template <class T>
-  RVVK_ALWAYS_INLINE static V load(const T* p, std::size_t vl) {
-    V r;
-    if (vl == N) {  // whole vectors: no tail handling
-      for (int i = 0; i < R; ++i) r.r[i] = avx2::ld(p + 8 * i, 8);
-      return r;
-    }
-    for (int i = 0; i < R; ++i) {
-      const std::size_t n = avx2::active(vl, i);
-      r.r[i] = n ? avx2::ld(p + 8 * i, n) : _mm256_setzero_ps();
-    }
-    return r;
-  }
-  template <class T>
-  RVVK_ALWAYS_INLINE static void store(T* p, V v, std::size_t vl) {
-    if (vl == N) {
-      for (int i = 0; i < R; ++i) avx2::st(p + 8 * i, v.r[i], 8);
-      return;
-    }
-    for (int i = 0; i < R; ++i) {
-      const std::size_t n = avx2::active(vl, i);
-      if (!n) break;
-      avx2::st(p + 8 * i, v.r[i], n);
-    }
-  }
-  // Strided access (element i at p[i * stride], stride in elements, may be negative):
-  // through a contiguous buffer.
-  template <class T>
-  static V load_strided(const T* p, std::ptrdiff_t stride, std::size_t vl) {
-    alignas(32) float buf[N];
-    for (std::size_t i = 0; i < vl; ++i)
-      buf[i] = scalar::to_f32(p[static_cast<std::ptrdiff_t>(i) * stride]);
-    return load(static_cast<const float*>(buf), vl);
-  }
-  template <class T>
-  static void store_strided(T* p, std::ptrdiff_t stride, V v, std::size_t vl) {
-    alignas(32) float buf[N];
-    store(static_cast<float*>(buf), v, vl);
-    for (std::size_t i = 0; i < vl; ++i)
-      p[static_cast<std::ptrdiff_t>(i) * stride] = scalar::from_f32<T>(buf[i]);
-  }
-};
-
-// Exact int32 accumulators of int8 x int8 products (see vec_rvv.h); the products
-// are formed in int16 (exact) and macc2 sums the pair in int16 like the RVV code.
+using F32 = x86::F32<avx2::Reg, LMUL>;
 template <int LMUL>
-struct I8Acc {
-  static constexpr int R = LMUL;
-  static constexpr std::size_t N = F32<LMUL>::N;
-  struct V {
-    __m256i r[R];
-  };
-  struct W {
-    __m128i r[R];  // 8 int8 each, in the low half
-  };
-  static std::size_t setvl(std::size_t n) { return n < N ? n : N; }
-  static constexpr std::size_t vlmax() { return N; }
-  static V zero(std::size_t) {
-    V v;
-    for (int i = 0; i < R; ++i) v.r[i] = _mm256_setzero_si256();
-    return v;
-  }
-  static W load(const std::int8_t* p, std::size_t vl) {
-    W w;
-    for (int i = 0; i < R; ++i) {
-      const std::size_t n = avx2::active(vl, i);
-      w.r[i] = n ? avx2::ld8(p + 8 * i, n) : _mm_setzero_si128();
-    }
-    return w;
-  }
-  static V macc(V acc, std::int8_t a, W w, std::size_t) {
-    const __m128i k = _mm_set1_epi16(a);
-    for (int i = 0; i < R; ++i) {
-      const __m128i prod = _mm_mullo_epi16(_mm_cvtepi8_epi16(w.r[i]), k);
-      acc.r[i] = _mm256_add_epi32(acc.r[i], _mm256_cvtepi16_epi32(prod));
-    }
-    return acc;
-  }
-  static V macc2(V acc, std::int8_t a0, W w0, std::int8_t a1, W w1, std::size_t) {
-    const __m128i k0 = _mm_set1_epi16(a0), k1 = _mm_set1_epi16(a1);
-    for (int i = 0; i < R; ++i) {
-      const __m128i prod = _mm_add_epi16(_mm_mullo_epi16(_mm_cvtepi8_epi16(w0.r[i]), k0),
-                                         _mm_mullo_epi16(_mm_cvtepi8_epi16(w1.r[i]), k1));
-      acc.r[i] = _mm256_add_epi32(acc.r[i], _mm256_cvtepi16_epi32(prod));
-    }
-    return acc;
-  }
-  static typename F32<LMUL>::V to_f32(V v, std::size_t) {
-    typename F32<LMUL>::V r;
-    for (int i = 0; i < R; ++i) r.r[i] = _mm256_cvtepi32_ps(v.r[i]);
-    return r;
-  }
-};
+using I8Acc = x86::I8Acc<avx2::Reg, LMUL>;
 
 }  // namespace rvvk::RVVK_NS::vec
