@@ -33,15 +33,13 @@ Per case every implementation runs once untimed and its output is compared with
 torch_native's (bf16 tolerance, atol = rtol = 2e-2; non-finite values fail), so a fast but
 wrong path cannot win; then ``repeats`` timed calls, the implementations interleaved call by
 call so load changes hit them alike; the medians are reported. The cases the targets below
-name get at least ``target_repeats`` (11) timed calls: on a 2-core Zen 3 VM whose speed
-drifted by ~1.5x between minutes (2026-12-03), five calls left the extend ratio at batch 4 /
-context 2048 anywhere in 2.75-3.12x across runs of the same code. Before each timed decode call
-a buffer twice the size of the last-level cache is read (a real model's 28 layers do not
-keep one layer's KV cache in cache between decode steps; what they do in between is read
-their weights and KV caches, which leaves clean lines in the caches. Until 2026-12-02 the
-buffer was written instead, which left the caches full of dirty lines whose write-back the
-next call paid for: on a Zen 4 host rvv_kernel's decode at batch 1 / context 8192 took a
-median 1.25 ms after a write, 0.91 ms after a read; batch 16 12.0 and 11.3 ms).
+name get at least ``target_repeats`` (11) timed calls: a shared VM's speed drifts between
+minutes, and a few calls leave a ratio at the mercy of that drift. Before each timed decode
+call a buffer twice the size of the last-level cache is read (a real model's 28 layers do
+not keep one layer's KV cache in cache between decode steps; what they do in between is
+read their weights and KV caches, which leaves clean lines in the caches - a written buffer
+would leave dirty lines whose write-back the next call would pay for). What these choices
+changed on particular hosts is in docs/performance-log.md.
 
 ``ratio_vs_torch_native`` = torch_native's median / this implementation's median (> 1:
 faster). ``bandwidth_fraction`` (decode only) = effective KV bandwidth / copy bandwidth:
@@ -55,15 +53,10 @@ Two measurements say what bounds the decode's bandwidth fraction on the machine 
 last-level cache (calls back to back, no flush), whose fraction estimates what the kernel's
 compute allows here (each bandwidth target records it as ``ceiling``) - an estimate, not a
 hard bound: it is measured minutes apart from the DRAM cases, at a shorter context (more of
-each call is fixed cost), and a shared VM's speed drifts between minutes (on a 2-core Zen 3
-VM, 2026-12-03, SGLang's torch_native decode at batch 4 / context 8192 took 85 ms in one
-full run and 140 ms in the next, and one run's batch-4 / context-8192 decode from DRAM
-reached 0.396 against an in-cache 0.334); and ``call_floor``, a decode of one 16-token
-request, warm and after the flush: the fixed cost of a call, which a small batch pays on top
-of reading K/V. (On a 2-core Zen 4 VM, 2026-12-03, that call took ~0.06 ms
-warm and ~0.36 ms after the flush, ~0.14 ms of it in the op; the same after a 5 ms sleep or
-a 384 MiB GEMV, and with ``OMP_WAIT_POLICY=active``: the code and data of the call path
-coming back from DRAM, not sleeping threads.)
+each call is fixed cost), and a shared VM's speed drifts between minutes, so a DRAM case
+can even exceed it; and ``call_floor``, a decode of one 16-token request, warm and after the
+flush: the fixed cost of a call, which a small batch pays on top of reading K/V (after the
+flush, mostly the code and data of the call path coming back from DRAM).
 
 Writes ``build/bench/x86.json``: ``{"machine", "method", "copy_bandwidth", "numerics",
 "ceilings", "targets", "skipped", "samples", "records"}``, ``records`` a list of ``{"op",

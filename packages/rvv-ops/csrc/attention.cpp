@@ -430,9 +430,8 @@ void decode_impl(bool meta, const char* op, const at::Tensor& query, const at::T
   a.window = window;
   a.sinks = sinks32 ? sinks32->const_data_ptr<float>() : nullptr;
 
-  // Split tasks handed out one at a time as threads take them. Measured on a 2-core Zen 4,
-  // B16 / context 8192 over random rows: 11.2-12.2 ms against 13.3-14.9 with two static
-  // halves (the same kernel, scratch program, alternating runs).
+  // Split tasks handed out one at a time as threads take them: tasks over randomly placed
+  // rows take uneven times, so static halves leave one thread waiting.
   run_as_taken(rvvk::decode_attention_partial_tasks(a), 1,
                [&](std::int64_t begin, std::int64_t end) {
                  rvvk::decode_attention_partial(a, begin, end);

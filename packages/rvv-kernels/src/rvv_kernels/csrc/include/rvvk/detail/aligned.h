@@ -3,8 +3,7 @@
 // std::vector's storage comes from malloc, 16-byte aligned; large blocks sit 16
 // bytes past a page boundary. Then every 64-byte row of a buffer - an AMX tile
 // row, a zmm, a padded_stride row - spans two cache lines, and every load or
-// store of it touches both. On the AMX Xeon this alone made the x86_amx extend
-// kernel ~25% slower (one thread, batch 4 / context 2048: 39.4 -> 30.5 ms).
+// store of it touches both (measured cost: docs/performance-log.md).
 #pragma once
 
 #include <cstddef>
