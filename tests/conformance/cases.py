@@ -28,8 +28,9 @@ from __future__ import annotations
 import math
 import os
 import platform
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -77,6 +78,26 @@ def layered_sample(names: dict[str, Any], grid: frozenset[str]) -> list[str]:
     return [n for n, c in names.items() if n not in grid or c.quick]
 
 
+@dataclass
+class OpRun:
+    """A batch for one rvv-ops attention op: its arguments keyed by the op schema's names."""
+
+    OP: ClassVar[str]  # torch.ops.sgl_kernel.<OP>_cpu, or <OP>_int8_cpu for an int8 cache
+    case: Any
+    pool: KvPool
+    args: dict[str, Any]
+
+    @property
+    def op(self) -> Any:
+        name = f"{self.OP}_int8_cpu" if self.case.cache == "int8" else f"{self.OP}_cpu"
+        return getattr(torch.ops.sgl_kernel, name).default
+
+    def call(self) -> None:
+        """Calls the rvv-ops op on the arguments (positionally, as SGLang does)."""
+        op = self.op
+        op(*[self.args[a.name] for a in op._schema.arguments])
+
+
 # --------------------------------------------------------------------------------------
 # Decode
 
@@ -108,25 +129,33 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype)[6:]
 
 
+def _grid() -> Iterator[tuple[str, int, int, tuple[int, int], torch.dtype, bool]]:
+    """The head size x GQA shape x dtype grid decode and extend share: each point's case
+    name, its index ``n`` (which rotates the lengths and the table dtype), head size, heads,
+    dtype and whether it is quick (two shapes, one dtype each)."""
+    for i, d in enumerate(HEAD_SIZES):
+        for j, heads in enumerate(GQA):
+            for k, dtype in enumerate(DTYPES):
+                quick = (i, j) in ((2, 0), (1, 1)) and k == i % 3
+                name = f"D{d}-{heads[0]}/{heads[1]}-{_name(dtype)}"
+                yield name, i * 9 + j * 3 + k, d, heads, dtype, quick
+
+
 def decode_cases() -> tuple[dict[str, DecodeCase], frozenset[str], frozenset[str]]:
     """The decode cases, the names of the shape x dtype x cache grid, and of the small
     cases (tiny and odd shapes, every feature on small batches)."""
     cases: dict[str, DecodeCase] = {}
     # every head size x GQA shape x dtype, the context lengths mixed in one batch
-    for i, d in enumerate(HEAD_SIZES):
-        for j, heads in enumerate(GQA):
-            for k, dtype in enumerate(DTYPES):
-                n = i * 9 + j * 3 + k
-                quick = (i, j) in ((2, 0), (1, 1)) and k == i % 3
-                cases[f"D{d}-{heads[0]}/{heads[1]}-{_name(dtype)}"] = DecodeCase(
-                    lens=QUICK_LENS if quick else LENS[n % 3 :] + LENS[: n % 3],
-                    heads=heads,
-                    dims=(d, d),
-                    dtype=dtype,
-                    table=(torch.int32, torch.int64)[n % 2],
-                    write=n % 4 != 3,
-                    quick=quick,
-                )
+    for name, n, d, heads, dtype, quick in _grid():
+        cases[name] = DecodeCase(
+            lens=QUICK_LENS if quick else LENS[n % 3 :] + LENS[: n % 3],
+            heads=heads,
+            dims=(d, d),
+            dtype=dtype,
+            table=(torch.int32, torch.int64)[n % 2],
+            write=n % 4 != 3,
+            quick=quick,
+        )
     for cache in ("e4m3", "e5m2", "int8"):
         for k, dtype in enumerate(DTYPES):
             cases[f"{cache}-{_name(dtype)}"] = DecodeCase(
@@ -219,26 +248,13 @@ DECODE_CASES, DECODE_GRID, DECODE_SMALL = decode_cases()
 
 
 @dataclass
-class DecodeRun:
+class DecodeRun(OpRun):
     """A decode batch: the ops' arguments (schema names) and what the reference needs."""
 
+    OP = "decode_attention"
     case: DecodeCase
-    pool: KvPool
-    args: dict[str, Any]
     key: Tensor | None = None
     value: Tensor | None = None
-
-    @property
-    def op(self) -> Any:
-        ops = torch.ops.sgl_kernel
-        if self.case.cache == "int8":
-            return ops.decode_attention_int8_cpu.default
-        return ops.decode_attention_cpu.default
-
-    def call(self) -> None:
-        """Calls the rvv-ops op on the arguments (positionally, as SGLang does)."""
-        names = [a.name for a in self.op._schema.arguments]
-        self.op(*[self.args[n] for n in names])
 
 
 def make_decode(case: DecodeCase, seed: int = 0) -> DecodeRun:
@@ -384,19 +400,15 @@ QUICK_REQS = ((0, 1), (3, 2), (17, 33), (40, 5))
 def extend_cases() -> tuple[dict[str, ExtendCase], frozenset[str], frozenset[str]]:
     """The extend cases, the names of the grid and of the small cases (as decode_cases)."""
     cases: dict[str, ExtendCase] = {}
-    for i, d in enumerate(HEAD_SIZES):
-        for j, heads in enumerate(GQA):
-            for k, dtype in enumerate(DTYPES):
-                n = i * 9 + j * 3 + k
-                quick = (i, j) in ((2, 0), (1, 1)) and k == i % 3
-                cases[f"D{d}-{heads[0]}/{heads[1]}-{_name(dtype)}"] = ExtendCase(
-                    reqs=QUICK_REQS if quick else REQS[n % 4 :] + REQS[: n % 4],
-                    heads=heads,
-                    dims=(d, d),
-                    dtype=dtype,
-                    table=(torch.int32, torch.int64)[n % 2],
-                    quick=quick,
-                )
+    for name, n, d, heads, dtype, quick in _grid():
+        cases[name] = ExtendCase(
+            reqs=QUICK_REQS if quick else REQS[n % 4 :] + REQS[: n % 4],
+            heads=heads,
+            dims=(d, d),
+            dtype=dtype,
+            table=(torch.int32, torch.int64)[n % 2],
+            quick=quick,
+        )
     for cache in ("e4m3", "e5m2", "int8"):
         for k, dtype in enumerate(DTYPES):
             cases[f"{cache}-{_name(dtype)}"] = ExtendCase(
@@ -492,26 +504,13 @@ EXTEND_CASES, EXTEND_GRID, EXTEND_SMALL = extend_cases()
 
 
 @dataclass
-class ExtendRun:
+class ExtendRun(OpRun):
+    OP = "extend_attention"
     case: ExtendCase
-    pool: KvPool
-    args: dict[str, Any]
     starts: list[int]
     writes: bool  # the implementation writes the new tokens at out_cache_loc
     new_k: Tensor  # [N, Hkv, D] new tokens' K (given, or gathered), query dtype
     new_v: Tensor
-
-    @property
-    def op(self) -> Any:
-        ops = torch.ops.sgl_kernel
-        if self.case.cache == "int8":
-            return ops.extend_attention_int8_cpu.default
-        return ops.extend_attention_cpu.default
-
-    def call(self) -> None:
-        """Calls the rvv-ops op on the arguments (positionally, as SGLang does)."""
-        names = [a.name for a in self.op._schema.arguments]
-        self.op(*[self.args[n] for n in names])
 
 
 def ops_write(case: ExtendCase) -> bool:

@@ -87,6 +87,41 @@ def _check_common(
             raise TypeError(f"{op}: {name} has dtype {t.dtype}; expected torch.int32 or int64")
 
 
+def _common_features(
+    op: str,
+    cache: KVCache,
+    sliding_window: int | None,
+    sinks: Tensor | None,
+    logit_cap: float,
+    cross_attention: bool,
+    encoder_lens: Tensor | None,
+) -> tuple[int, set[str]]:
+    """Checks that cross-attention has its encoder lengths; returns the kernels' window
+    (:func:`_window`) and the features decode and extend share that this call uses (each
+    op adds its own)."""
+    if cross_attention and encoder_lens is None:
+        raise ValueError(
+            f"{op}: cross_attention=True needs encoder_lens (encoder tokens per request)"
+        )
+    window = _window(sliding_window)
+    features: set[str] = set()
+    if window:
+        features.add("sliding_window")
+    if sinks is not None:
+        features.add("sinks")
+    if logit_cap > 0:
+        features.add("logit_cap")
+    if cross_attention:
+        features.add("cross_attention")
+    if encoder_lens is not None:
+        features.add("encoder_lens")
+    if cache.kind != "float":
+        features.add(f"{cache.kind}_kv")
+    if cache.k.shape[2] != cache.v.shape[2]:
+        features.add("mla")
+    return window, features
+
+
 def _run(
     op: str,
     q: Tensor,
@@ -192,28 +227,11 @@ def decode(
         raise ValueError("decode: key and value must be given together (or neither)")
     if key is not None and loc is None:
         raise ValueError("decode: key/value were given without loc (the cache rows to write)")
-    if cross_attention and encoder_lens is None:
-        raise ValueError(
-            "decode: cross_attention=True needs encoder_lens (encoder tokens per request)"
-        )
-    window = _window(sliding_window)
-    features = set()
-    if window:
-        features.add("sliding_window")
-    if sinks is not None:
-        features.add("sinks")
-    if logit_cap > 0:
-        features.add("logit_cap")
-    if cross_attention:
-        features.add("cross_attention")
-    if encoder_lens is not None:
-        features.add("encoder_lens")
+    window, features = _common_features(
+        "decode", cache, sliding_window, sinks, logit_cap, cross_attention, encoder_lens
+    )
     if key is not None:
         features.add("kv_write")
-    if cache.kind != "float":
-        features.add(f"{cache.kind}_kv")
-    if cache.k.shape[2] != cache.v.shape[2]:
-        features.add("mla")
 
     def kernel_call() -> None:
         use_loc = loc
@@ -342,38 +360,20 @@ def extend(
         raise ValueError(
             f"extend: out_cache_loc has shape {list(out_cache_loc.shape)}; expected [{n}]"
         )
-    if cross_attention and encoder_lens is None:
-        raise ValueError(
-            "extend: cross_attention=True needs encoder_lens (encoder tokens per request)"
-        )
+    window, features = _common_features(
+        "extend", cache, sliding_window, sinks, logit_cap, cross_attention, encoder_lens
+    )
     if extend_start_loc is None:
         extend_start_loc = _exclusive_cumsum(extend_seq_lens)
-    window = _window(sliding_window)
     max_len = max_extend_len
     if max_len is None:
         max_len = int(extend_seq_lens.max()) if extend_seq_lens.numel() else 0
-
-    features = set()
-    if window:
-        features.add("sliding_window")
-    if sinks is not None:
-        features.add("sinks")
-    if logit_cap > 0:
-        features.add("logit_cap")
-    if cross_attention:
-        features.add("cross_attention")
-    if encoder_lens is not None:
-        features.add("encoder_lens")
     if not causal:
         features.add("non_causal")
     if k is None:
         features.add("kv_shared")
     if out_cache_loc is not None and k is not None:
         features.add("kv_write")
-    if cache.kind != "float":
-        features.add(f"{cache.kind}_kv")
-    if cache.k.shape[2] != cache.v.shape[2]:
-        features.add("mla")
     start_loc = extend_start_loc
 
     def kernel_call() -> None:

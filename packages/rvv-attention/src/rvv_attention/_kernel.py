@@ -80,6 +80,18 @@ def _ops() -> ModuleType:
     return mod
 
 
+def _op_for(
+    ops: ModuleType, cache: KVCache, name: str
+) -> tuple[Any, tuple[Tensor, ...], dict[str, float]]:
+    """The op for this cache: ``name`` with the cache's ``k_scale`` / ``v_scale`` keywords
+    (float and fp8 caches), or its ``_int8`` twin with the per-token scale buffers it takes
+    after the caches."""
+    if cache.kind == "int8":
+        assert cache.k_scales is not None and cache.v_scales is not None
+        return getattr(ops, f"{name}_int8"), (cache.k_scales, cache.v_scales), {}
+    return getattr(ops, name), (), {"k_scale": cache.k_scale, "v_scale": cache.v_scale}
+
+
 def decode(
     q: Tensor,
     cache: KVCache,
@@ -102,46 +114,26 @@ def decode(
     batch, heads = q.shape[0], q.shape[1]
     splits = num_splits(batch, cache.kv_heads, threads)  # for the loaded kernels' tasks
     logits = scratch.attn_logits(batch, heads, splits, int(cache.v.shape[2]), q.device)
-    if cache.kind == "int8":
-        ops.decode_attention_int8(
-            q,
-            cache.k,
-            cache.v,
-            cache.k_scales,
-            cache.v_scales,
-            out,
-            loc,
-            logits,
-            req_to_token,
-            req_pool_indices,
-            seq_lens,
-            sm_scale=sm_scale,
-            key=key,
-            value=value,
-            logit_cap=logit_cap,
-            window=window,
-            sinks=sinks,
-        )
-    else:
-        ops.decode_attention(
-            q,
-            cache.k,
-            cache.v,
-            out,
-            loc,
-            logits,
-            req_to_token,
-            req_pool_indices,
-            seq_lens,
-            sm_scale=sm_scale,
-            key=key,
-            value=value,
-            k_scale=cache.k_scale,
-            v_scale=cache.v_scale,
-            logit_cap=logit_cap,
-            window=window,
-            sinks=sinks,
-        )
+    op, scales, scale_kw = _op_for(ops, cache, "decode_attention")
+    op(
+        q,
+        cache.k,
+        cache.v,
+        *scales,
+        out,
+        loc,
+        logits,
+        req_to_token,
+        req_pool_indices,
+        seq_lens,
+        sm_scale=sm_scale,
+        key=key,
+        value=value,
+        **scale_kw,
+        logit_cap=logit_cap,
+        window=window,
+        sinks=sinks,
+    )
 
 
 def extend(
@@ -170,52 +162,31 @@ def extend(
     ``out_cache_loc`` is given; the int8 op quantises and writes them itself.
     """
     ops = _ops()
+    op, scales, scale_kw = _op_for(ops, cache, "extend_attention")
     if cache.kind == "int8":
         assert out_cache_loc is not None
-        ops.extend_attention_int8(
-            q,
-            k,
-            v,
-            out,
-            cache.k,
-            cache.v,
-            cache.k_scales,
-            cache.v_scales,
-            out_cache_loc,
-            req_to_token,
-            req_pool_indices,
-            seq_lens,
-            extend_seq_lens,
-            extend_start_loc,
-            sm_scale=sm_scale,
-            max_len_extend=max_extend_len,
-            logit_cap=logit_cap,
-            window=window,
-            sinks=sinks,
-            causal=causal,
-        )
-    else:
-        ops.extend_attention(
-            q,
-            k,
-            v,
-            out,
-            cache.k,
-            cache.v,
-            req_to_token,
-            req_pool_indices,
-            seq_lens,
-            extend_seq_lens,
-            extend_start_loc,
-            sm_scale=sm_scale,
-            k_scale=cache.k_scale,
-            v_scale=cache.v_scale,
-            max_len_extend=max_extend_len,
-            logit_cap=logit_cap,
-            window=window,
-            sinks=sinks,
-            causal=causal,
-        )
+        scales = (*scales, out_cache_loc)
+    op(
+        q,
+        k,
+        v,
+        out,
+        cache.k,
+        cache.v,
+        *scales,
+        req_to_token,
+        req_pool_indices,
+        seq_lens,
+        extend_seq_lens,
+        extend_start_loc,
+        sm_scale=sm_scale,
+        **scale_kw,
+        max_len_extend=max_extend_len,
+        logit_cap=logit_cap,
+        window=window,
+        sinks=sinks,
+        causal=causal,
+    )
 
 
 def unsupported_prefix() -> str:
