@@ -129,45 +129,50 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype)[6:]
 
 
-def _grid() -> Iterator[tuple[str, int, int, tuple[int, int], torch.dtype, bool]]:
-    """The head size x GQA shape x dtype grid decode and extend share: each point's case
-    name, its index ``n`` (which rotates the lengths and the table dtype), head size, heads,
-    dtype and whether it is quick (two shapes, one dtype each)."""
+def _grid() -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """The shape x dtype x cache grid decode and extend share: each point's case name, its
+    index ``n`` and the fields both case kinds take from it. Head size x GQA shape x dtype
+    (``n`` rotates the lengths and the table dtype; quick: two shapes, one dtype each), then
+    each fp8 / int8 cache kind x dtype (``n``: the dtype's index; quick: the first)."""
     for i, d in enumerate(HEAD_SIZES):
         for j, heads in enumerate(GQA):
             for k, dtype in enumerate(DTYPES):
-                quick = (i, j) in ((2, 0), (1, 1)) and k == i % 3
-                name = f"D{d}-{heads[0]}/{heads[1]}-{_name(dtype)}"
-                yield name, i * 9 + j * 3 + k, d, heads, dtype, quick
+                n = i * 9 + j * 3 + k
+                fields = {
+                    "heads": heads,
+                    "dims": (d, d),
+                    "dtype": dtype,
+                    "table": (torch.int32, torch.int64)[n % 2],
+                    "quick": (i, j) in ((2, 0), (1, 1)) and k == i % 3,
+                }
+                yield f"D{d}-{heads[0]}/{heads[1]}-{_name(dtype)}", n, fields
+    for cache in ("e4m3", "e5m2", "int8"):
+        for k, dtype in enumerate(DTYPES):
+            fields = {
+                "heads": (12, 2),
+                "dims": (128, 128),
+                "dtype": dtype,
+                "cache": cache,
+                "table": (torch.int64, torch.int32)[k % 2],
+                "quick": k == 0,
+            }
+            yield f"{cache}-{_name(dtype)}", k, fields
 
 
 def decode_cases() -> tuple[dict[str, DecodeCase], frozenset[str], frozenset[str]]:
     """The decode cases, the names of the shape x dtype x cache grid, and of the small
     cases (tiny and odd shapes, every feature on small batches)."""
     cases: dict[str, DecodeCase] = {}
-    # every head size x GQA shape x dtype, the context lengths mixed in one batch
-    for name, n, d, heads, dtype, quick in _grid():
-        cases[name] = DecodeCase(
-            lens=QUICK_LENS if quick else LENS[n % 3 :] + LENS[: n % 3],
-            heads=heads,
-            dims=(d, d),
-            dtype=dtype,
-            table=(torch.int32, torch.int64)[n % 2],
-            write=n % 4 != 3,
-            quick=quick,
-        )
-    for cache in ("e4m3", "e5m2", "int8"):
-        for k, dtype in enumerate(DTYPES):
-            cases[f"{cache}-{_name(dtype)}"] = DecodeCase(
-                lens=QUICK_LENS if k == 0 else LENS,
-                heads=(12, 2),
-                dims=(128, 128),
-                dtype=dtype,
-                cache=cache,
-                table=(torch.int64, torch.int32)[k % 2],
-                write=k != 1,
-                quick=k == 0,
-            )
+    # every head size x GQA shape x dtype, the context lengths mixed in one batch; every
+    # fp8 / int8 cache kind x dtype
+    for name, n, fields in _grid():
+        if "cache" in fields:
+            lens = QUICK_LENS if n == 0 else LENS
+            write = n != 1
+        else:
+            lens = QUICK_LENS if fields["quick"] else LENS[n % 3 :] + LENS[: n % 3]
+            write = n % 4 != 3
+        cases[name] = DecodeCase(lens=lens, write=write, **fields)
     grid = frozenset(cases)
     base = DecodeCase(lens=(1, 2, 17, 256, 257, 300), heads=(8, 2), dims=(80, 80))
     cases.update(
@@ -400,26 +405,12 @@ QUICK_REQS = ((0, 1), (3, 2), (17, 33), (40, 5))
 def extend_cases() -> tuple[dict[str, ExtendCase], frozenset[str], frozenset[str]]:
     """The extend cases, the names of the grid and of the small cases (as decode_cases)."""
     cases: dict[str, ExtendCase] = {}
-    for name, n, d, heads, dtype, quick in _grid():
-        cases[name] = ExtendCase(
-            reqs=QUICK_REQS if quick else REQS[n % 4 :] + REQS[: n % 4],
-            heads=heads,
-            dims=(d, d),
-            dtype=dtype,
-            table=(torch.int32, torch.int64)[n % 2],
-            quick=quick,
-        )
-    for cache in ("e4m3", "e5m2", "int8"):
-        for k, dtype in enumerate(DTYPES):
-            cases[f"{cache}-{_name(dtype)}"] = ExtendCase(
-                reqs=QUICK_REQS if k == 0 else REQS,
-                heads=(12, 2),
-                dims=(128, 128),
-                dtype=dtype,
-                cache=cache,
-                table=(torch.int64, torch.int32)[k % 2],
-                quick=k == 0,
-            )
+    for name, n, fields in _grid():
+        if "cache" in fields:
+            reqs = QUICK_REQS if n == 0 else REQS
+        else:
+            reqs = QUICK_REQS if fields["quick"] else REQS[n % 4 :] + REQS[: n % 4]
+        cases[name] = ExtendCase(reqs=reqs, **fields)
     grid = frozenset(cases)
     base = ExtendCase(reqs=((0, 5), (30, 40), (64, 1), (7, 100)), heads=(8, 2), dims=(80, 80))
     # still several query blocks (kExtendBlockM = 32) and key blocks

@@ -12,12 +12,9 @@ subset, see conformance.cases).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import rvv_attention as ra
 import torch
-from rvv_attention import _kernel
 from torch import Tensor
 
 from conformance.cases import (
@@ -42,30 +39,11 @@ from conformance.cases import (
     reference_extend,
     skip_unless_selected,
 )
+
+# The autouse _clean_state fixture and the impl fixture (pytest finds them by these names).
+from conformance.fixtures import clean_state_fixture, impl_fixture, use_impl  # noqa: F401
 from conformance.kvcache import KvPool, gen, make_pool, randn, same_bits
 from conformance.reference import SAME_IMPL_TOLERANCES, assert_matches, attention, window_of_ops
-
-
-@pytest.fixture(autouse=True)
-def _clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every test starts in auto mode with no cached selection and the real rvv_ops."""
-    monkeypatch.delenv(ra.ENV_IMPL, raising=False)
-    ra.clear_cache()
-    yield
-    ra.clear_cache()
-    _kernel.reset()
-
-
-def use(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ra.ENV_IMPL, mode)
-    ra.clear_cache()
-
-
-@pytest.fixture(params=["kernel", "fallback"])
-def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Runs the test once with RVV_ATTENTION_IMPL=kernel and once with fallback."""
-    use(str(request.param), monkeypatch)
-    return str(request.param)
 
 
 def cache_of(pool: KvPool) -> ra.KVCache:
@@ -176,7 +154,7 @@ def test_decode_kernel_and_fallback_agree(name: str, monkeypatch: pytest.MonkeyP
     skip_unless_selected(case.quick)
     outs = {}
     for mode in ("kernel", "fallback"):
-        use(mode, monkeypatch)
+        use_impl(mode, monkeypatch)
         run = run_decode(case, seed=len(name))[0]
         outs[mode] = run.args["output"]
     assert_matches(outs["kernel"], outs["fallback"], name, decode_slack(run), SAME_IMPL_TOLERANCES)
@@ -190,7 +168,7 @@ def test_extend_kernel_and_fallback_agree(name: str, monkeypatch: pytest.MonkeyP
     skip_unless_selected(case.quick)
     outs = {}
     for mode in ("kernel", "fallback"):
-        use(mode, monkeypatch)
+        use_impl(mode, monkeypatch)
         run = run_extend(case, seed=len(name))[0]
         outs[mode] = run.args["o_extend"]
     assert_matches(outs["kernel"], outs["fallback"], name, extend_slack(run), SAME_IMPL_TOLERANCES)
@@ -200,7 +178,7 @@ def test_extend_chunks_queries_in_the_fallback(monkeypatch: pytest.MonkeyPatch) 
     """A tiny score budget forces one query per chunk: same numbers as one chunk."""
     from rvv_attention import _fallback
 
-    use("fallback", monkeypatch)
+    use_impl("fallback", monkeypatch)
     case = EXTEND_CASES["hq6-hkv2 D32 bf16"]
     whole = run_extend(case, seed=1)[0].args["o_extend"]
     monkeypatch.setattr(_fallback, "_SCORE_BUDGET", 1)
@@ -273,7 +251,7 @@ def test_cross_attention_decode_and_extend(dtype: torch.dtype) -> None:
 
 
 def test_cross_attention_in_kernel_mode_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    use("kernel", monkeypatch)
+    use_impl("kernel", monkeypatch)
     pool = make_pool(gen(0), (3,), kv_heads=1, dims=(4, 4), dtype=torch.float32, cache="same",
                      table=torch.int64)  # fmt: skip
     with pytest.raises(ra.KernelUnavailableError, match="cross_attention"):

@@ -31,6 +31,7 @@ from conformance.cases import (
     reference_extend,
     skip_unless_selected,
 )
+from conformance.fixtures import active_variant
 from conformance.kvcache import same_bits
 from conformance.reference import assert_matches
 
@@ -70,13 +71,8 @@ def test_extend_matches_reference(name: str) -> None:
 @pytest.fixture(params=rvv_ops.build_info()["supported_variants"])
 def variant(request: pytest.FixtureRequest) -> Iterator[str]:
     """Runs the test with every kernel on one variant, then restores the previous one."""
-    name = str(request.param)
-    previous = rvv_ops.build_info()["active_variant"]
-    rvv_ops.set_variant(name)
-    try:
+    with active_variant(str(request.param)) as name:
         yield name
-    finally:
-        rvv_ops.set_variant(previous)
 
 
 @pytest.mark.parametrize("kind", ["decode", "extend"])

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import rvv_attention as ra
 import torch
-from rvv_attention import _kernel
+
+# The autouse _clean_state fixture and the impl fixture (pytest finds them by these names).
+from conformance.fixtures import clean_state_fixture, impl_fixture  # noqa: F401
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -22,25 +22,6 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"rvv-attention {ra.__version__}: {build}; machine {caps.machine}, has_v={caps.has_v}, "
         f"vlen={caps.vlen} ({caps.vlen_source}), zvfh={caps.zvfh}, threads={caps.threads}"
     ]
-
-
-@pytest.fixture(autouse=True)
-def _clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every test starts in auto mode with no cached selection and the real rvv_ops."""
-    monkeypatch.delenv(ra.ENV_IMPL, raising=False)
-    ra.clear_cache()
-    yield
-    ra.clear_cache()
-    _kernel.reset()
-
-
-@pytest.fixture(params=["kernel", "fallback"])
-def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Runs the test once with RVV_ATTENTION_IMPL=kernel and once with fallback."""
-    mode = str(request.param)
-    monkeypatch.setenv(ra.ENV_IMPL, mode)
-    ra.clear_cache()
-    return mode
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 import rvv_ops
+from conformance.fixtures import active_variant
 
 # Row lengths around the ones that matter: 1-3 (shorter than any vector), a prime, one
 # below / at / above a power of two (vector tails at every VLEN and LMUL), SGLang-sized
@@ -78,13 +79,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def variant(request: pytest.FixtureRequest) -> Iterator[str]:
     """Runs the test with every kernel on one variant, then restores the previous one."""
-    name = str(request.param)
-    previous = rvv_ops.build_info()["active_variant"]
-    rvv_ops.set_variant(name)
-    try:
+    with active_variant(str(request.param)) as name:
         yield name
-    finally:
-        rvv_ops.set_variant(previous)
 
 
 @pytest.fixture(scope="session")
