@@ -166,6 +166,7 @@ def decode_cases() -> tuple[dict[str, DecodeCase], frozenset[str], frozenset[str
     # every head size x GQA shape x dtype, the context lengths mixed in one batch; every
     # fp8 / int8 cache kind x dtype
     for name, n, fields in _grid():
+        lens: tuple[int, ...]
         if "cache" in fields:
             lens = QUICK_LENS if n == 0 else LENS
             write = n != 1
@@ -406,6 +407,7 @@ def extend_cases() -> tuple[dict[str, ExtendCase], frozenset[str], frozenset[str
     """The extend cases, the names of the grid and of the small cases (as decode_cases)."""
     cases: dict[str, ExtendCase] = {}
     for name, n, fields in _grid():
+        reqs: tuple[tuple[int, int], ...]
         if "cache" in fields:
             reqs = QUICK_REQS if n == 0 else REQS
         else:
