@@ -152,6 +152,12 @@ def _decode_args() -> dict[str, object]:
         ({"key": torch.randn(2, 2, 8)}, ValueError, "given together"),
         ({"key": torch.randn(2, 2, 8), "value": torch.randn(2, 2, 8)}, ValueError, "without loc"),
         ({"cross_attention": True}, ValueError, "needs encoder_lens"),
+        (
+            {"cross_attention": True, "encoder_lens": torch.tensor([1, 2, 3])},
+            ValueError,
+            r"encoder_lens has shape \[3\]; expected \[2\] \(one entry per request",
+        ),
+        ({"encoder_lens": torch.tensor(1)}, ValueError, r"encoder_lens has shape \[\]"),
         ({"cache": "not a cache"}, TypeError, "must be an rvv_attention.KVCache"),
         ({"req_pool_indices": torch.tensor([0, 99])}, ValueError, "req_pool_indices"),
         ({"seq_lens": torch.tensor([3, 40])}, ValueError, "req_to_token"),
@@ -242,6 +248,7 @@ def test_extend_bad_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"out_cache_loc": torch.tensor([1])}, ValueError, "out_cache_loc has shape"),
         ({"extend_seq_lens": torch.tensor([5])}, ValueError, "extend_seq_lens"),
         ({"cross_attention": True}, ValueError, "needs encoder_lens"),
+        ({"encoder_lens": torch.tensor([0, 2])}, ValueError, r"encoder_lens has shape \[2\]"),
     ]
     for mode in ("auto", "fallback"):
         monkeypatch.setenv(ra.ENV_IMPL, mode)
@@ -249,6 +256,31 @@ def test_extend_bad_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
         for change, exc, match in cases:
             with pytest.raises(exc, match=match):
                 ra.extend(**{**base, **change})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cross", [False, True], ids=["decoder-self", "cross"])
+def test_encoder_lens_in_decode_and_extend(cross: bool) -> None:
+    """An encoder-decoder batch: decode and an extend of one new token per request see the
+    same keys, as the reference does: the encoder tokens [0, encoder_lens) (cross-attention)
+    or the decoder's [encoder_lens, encoder_lens + seq_lens) (self-attention)."""
+    enc, dec = [4, 0, 7], [2, 6, 1]
+    p = make_paged([e + d for e, d in zip(enc, dec, strict=True)], kv_heads=2, head_dim=8,
+                   v_head_dim=8, dtype=torch.float32)  # fmt: skip
+    q = torch.randn(3, 4, 8, generator=torch.Generator().manual_seed(1))
+    r2t, rpi = p.req_to_token, p.req_pool_indices
+    lens, encoder_lens = torch.tensor(dec), torch.tensor(enc)
+    decoded = ra.decode(q, p.cache, torch.zeros(3, 4, 8), r2t, rpi, lens, sm_scale=0.3,
+                        cross_attention=cross, encoder_lens=encoder_lens)  # fmt: skip
+    extended = ra.extend(q, None, None, p.cache, torch.zeros(3, 4, 8), r2t, rpi, lens,
+                         torch.ones(3, dtype=torch.int64), sm_scale=0.3, cross_attention=cross,
+                         encoder_lens=encoder_lens)  # fmt: skip
+    for b in range(3):
+        lo, hi = (0, enc[b]) if cross else (enc[b], enc[b] + dec[b])
+        k, v = p.pool.keys(b, lo, hi)
+        ref = attention(q[b : b + 1], k, v, torch.tensor([hi - lo - 1]), sm_scale=0.3,
+                        causal=False)  # fmt: skip
+        assert_matches(decoded[b : b + 1], ref)
+        assert_matches(extended[b : b + 1], ref)
 
 
 # -- scratch ------------------------------------------------------------------------------

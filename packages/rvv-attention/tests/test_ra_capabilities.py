@@ -6,6 +6,7 @@ import os
 import platform
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 import rvv_attention as ra
@@ -28,6 +29,18 @@ HWCAP_IMAFDCV = sum(1 << (ord(c) - ord("A")) for c in "IMAFDCV")
 def auxv(pairs: dict[int, int]) -> bytes:
     """Little-endian 64-bit auxv bytes ending in AT_NULL."""
     return b"".join(struct.pack("<QQ", t, v) for t, v in [*pairs.items(), (0, 0)])
+
+
+def detect_riscv(cpuinfo_text: str, **changes: Any) -> ra.Capabilities:
+    """detect() on a recorded riscv64 machine: its /proc/cpuinfo, V in AT_HWCAP, no
+    riscv_hwprobe answer, one thread; ``changes`` replace any of these (or add arguments)."""
+    args: dict[str, Any] = {
+        "auxv": auxv({AT_HWCAP: HWCAP_IMAFDCV}),
+        "hwprobe_ext": None,
+        "machine": "riscv64",
+        "threads": 1,
+    }
+    return detect_caps(cpuinfo_text=cpuinfo_text, **{**args, **changes})
 
 
 def k1_kernels(vlen: int = 256) -> dict[str, object]:
@@ -113,15 +126,7 @@ def test_parse_auxv() -> None:
 
 
 def test_detect_k1_with_kernels() -> None:
-    caps = detect_caps(
-        cpuinfo_text=K1,
-        auxv=auxv({AT_HWCAP: HWCAP_IMAFDCV}),
-        hwprobe_ext=None,
-        machine="riscv64",
-        kernels=k1_kernels(),
-        threads=8,
-        cores=8,
-    )
+    caps = detect_riscv(K1, kernels=k1_kernels(), threads=8, cores=8)
     assert caps.has_v and caps.vlen == 256 and caps.vlen_source == "vlenb"
     assert caps.zvfh and caps.zvfhmin and not caps.zvfbfmin and caps.source == "cpuinfo"
     assert caps.uarch == "spacemit,x60" and caps.cores == 8 and caps.threads == 8
@@ -131,62 +136,31 @@ def test_detect_k1_with_kernels() -> None:
 
 
 def test_detect_no_zvl_and_no_kernels_gives_the_minimum() -> None:
-    caps = detect_caps(
-        cpuinfo_text=K1,
-        auxv=auxv({AT_HWCAP: HWCAP_IMAFDCV}),
-        hwprobe_ext=None,
-        machine="riscv64",
-        kernels=None,
-        kernels_error="rvv_ops cannot be imported (test)",
-        threads=1,
-    )
+    caps = detect_riscv(K1, kernels=None, kernels_error="rvv_ops cannot be imported (test)")
     assert caps.has_v and caps.vlen == 128 and caps.vlen_source == "minimum"
     assert caps.kernels is None and caps.kernels_error == "rvv_ops cannot be imported (test)"
 
 
 def test_detect_zvl_board() -> None:
-    caps = detect_caps(
-        cpuinfo_text=ZVL,
-        auxv=auxv({AT_HWCAP: HWCAP_IMAFDCV}),
-        hwprobe_ext=None,
-        machine="riscv64",
-        threads=4,
-    )
+    caps = detect_riscv(ZVL, threads=4)
     assert caps.vlen == 128 and caps.vlen_source == "isa" and caps.zvfh
     # vlenb wins over the isa string, and a disagreement is reported
-    caps = detect_caps(
-        cpuinfo_text=ZVL.replace("zvl128b", "zvl512b"),
-        auxv=auxv({AT_HWCAP: HWCAP_IMAFDCV}),
-        hwprobe_ext=None,
-        machine="riscv64",
-        kernels=k1_kernels(vlen=128),
-        threads=4,
-    )
+    caps = detect_riscv(ZVL.replace("zvl128b", "zvl512b"), kernels=k1_kernels(vlen=128), threads=4)
     assert caps.vlen == 128 and caps.vlen_source == "vlenb"
     assert any("zvl512b" in n for n in caps.notes)
 
 
 def test_detect_hwcap_without_v_overrides_the_isa_string() -> None:
     hwcap_no_v = HWCAP_IMAFDCV & ~HWCAP_V
-    caps = detect_caps(
-        cpuinfo_text=K1, auxv=auxv({AT_HWCAP: hwcap_no_v}), machine="riscv64", threads=1
-    )
+    caps = detect_riscv(K1, auxv=auxv({AT_HWCAP: hwcap_no_v}))
     assert not caps.has_v and caps.vlen == 0 and not caps.zvfh
 
 
 def test_detect_hwprobe_wins_for_zvf() -> None:
     zvfh, zvfbfmin, ima_v = 1 << 30, 1 << 53, 1 << 2
-    caps = detect_caps(
-        cpuinfo_text=K1,
-        auxv=auxv({AT_HWCAP: HWCAP_IMAFDCV}),
-        hwprobe_ext=ima_v | zvfbfmin,
-        machine="riscv64",
-        threads=1,
-    )
+    caps = detect_riscv(K1, hwprobe_ext=ima_v | zvfbfmin)
     assert caps.source == "hwprobe" and not caps.zvfh and caps.zvfbfmin and not caps.zvfhmin
-    caps = detect_caps(
-        cpuinfo_text="", auxv=b"", hwprobe_ext=ima_v | zvfh, machine="riscv64", threads=1
-    )
+    caps = detect_riscv("", auxv=b"", hwprobe_ext=ima_v | zvfh)
     assert caps.has_v and caps.zvfh and caps.zvfhmin and caps.vlen == 128
 
 

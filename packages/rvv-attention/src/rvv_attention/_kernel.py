@@ -7,9 +7,11 @@ import threading
 from types import ModuleType
 from typing import Any
 
+import torch
 from torch import Tensor
 
-from rvv_attention._cache import KVCache
+from rvv_attention._batch import Batch, DecodeBatch, ExtendBatch, exclusive_cumsum
+from rvv_attention._cache import write_rows
 from rvv_attention._scratch import DEFAULT_KV_HEADS_PER_TASK, num_splits, scratch
 
 _lock = threading.Lock()
@@ -80,113 +82,103 @@ def _ops() -> ModuleType:
     return mod
 
 
-def _op_for(
-    ops: ModuleType, cache: KVCache, name: str
-) -> tuple[Any, tuple[Tensor, ...], dict[str, float]]:
-    """The op for this cache: ``name`` with the cache's ``k_scale`` / ``v_scale`` keywords
-    (float and fp8 caches), or its ``_int8`` twin with the per-token scale buffers it takes
-    after the caches."""
+def _op_for(b: Batch, name: str) -> tuple[Any, tuple[Tensor, ...], dict[str, Any]]:
+    """The op for this call's cache, the caches as it takes them and the keyword arguments
+    decode and extend both take from the call: ``name`` with the cache's ``k_scale`` /
+    ``v_scale`` keywords (float and fp8 caches), or its ``_int8`` twin, which takes the
+    per-token scale buffers after the caches."""
+    ops, cache = _ops(), b.cache
+    options: dict[str, Any] = {
+        "sm_scale": b.sm_scale,
+        "logit_cap": b.logit_cap,
+        "window": b.window,
+        "sinks": b.sinks,
+    }
     if cache.kind == "int8":
         assert cache.k_scales is not None and cache.v_scales is not None
-        return getattr(ops, f"{name}_int8"), (cache.k_scales, cache.v_scales), {}
-    return getattr(ops, name), (), {"k_scale": cache.k_scale, "v_scale": cache.v_scale}
+        caches = (cache.k, cache.v, cache.k_scales, cache.v_scales)
+        return getattr(ops, f"{name}_int8"), caches, options
+    options.update(k_scale=cache.k_scale, v_scale=cache.v_scale)
+    return getattr(ops, name), (cache.k, cache.v), options
 
 
-def decode(
-    q: Tensor,
-    cache: KVCache,
-    out: Tensor,
-    loc: Tensor,
-    req_to_token: Tensor,
-    req_pool_indices: Tensor,
-    seq_lens: Tensor,
-    *,
-    sm_scale: float,
-    key: Tensor | None,
-    value: Tensor | None,
-    logit_cap: float,
-    window: int,
-    sinks: Tensor | None,
-    threads: int,
-) -> None:
+class NotThisCall(Exception):
+    """The kernel cannot run this particular call (not the whole case): fall back once."""
+
+
+def decode(b: DecodeBatch) -> None:
     """One decode step through ``decode_attention_cpu`` (or its int8 twin)."""
-    ops = _ops()
+    op, caches, options = _op_for(b, "decode_attention")
+    q, cache = b.q, b.cache
     batch, heads = q.shape[0], q.shape[1]
-    splits = num_splits(batch, cache.kv_heads, threads)  # for the loaded kernels' tasks
+    # The split count follows the loaded kernels' tasks.
+    splits = num_splits(batch, cache.kv_heads, torch.get_num_threads())
     logits = scratch.attn_logits(batch, heads, splits, int(cache.v.shape[2]), q.device)
-    op, scales, scale_kw = _op_for(ops, cache, "decode_attention")
-    op(
-        q,
-        cache.k,
-        cache.v,
-        *scales,
-        out,
-        loc,
-        logits,
-        req_to_token,
-        req_pool_indices,
-        seq_lens,
-        sm_scale=sm_scale,
-        key=key,
-        value=value,
-        **scale_kw,
-        logit_cap=logit_cap,
-        window=window,
-        sinks=sinks,
-    )
+    # The op takes a loc even when it writes nothing.
+    loc = b.loc if b.loc is not None else torch.zeros(batch, dtype=torch.int64, device=q.device)
+    op(q, *caches, b.out, loc, logits, *_requests(b), key=b.k, value=b.v, **options)
 
 
-def extend(
-    q: Tensor,
-    k: Tensor | None,
-    v: Tensor | None,
-    cache: KVCache,
-    out: Tensor,
-    req_to_token: Tensor,
-    req_pool_indices: Tensor,
-    seq_lens: Tensor,
-    extend_seq_lens: Tensor,
-    extend_start_loc: Tensor,
-    *,
-    out_cache_loc: Tensor | None,
-    max_extend_len: int,
-    sm_scale: float,
-    causal: bool,
-    logit_cap: float,
-    window: int,
-    sinks: Tensor | None,
-) -> None:
+def extend(b: ExtendBatch) -> None:
     """One extend step through ``extend_attention_cpu`` (or its int8 twin).
 
     The float op never writes the cache, so new K/V are written here first when
-    ``out_cache_loc`` is given; the int8 op quantises and writes them itself.
+    ``out_cache_loc`` is given. The int8 op quantises and writes them itself, into
+    ``out_cache_loc`` or, without it, the rows ``req_to_token`` names for the new tokens
+    (:func:`_new_token_rows`).
     """
-    ops = _ops()
-    op, scales, scale_kw = _op_for(ops, cache, "extend_attention")
-    if cache.kind == "int8":
-        assert out_cache_loc is not None
-        scales = (*scales, out_cache_loc)
+    op, caches, options = _op_for(b, "extend_attention")
+    if b.cache.kind == "int8":
+        caches = (*caches, b.loc if b.loc is not None else _new_token_rows(b))
+    elif b.writes:
+        assert b.loc is not None and b.k is not None and b.v is not None
+        write_rows(b.cache, b.loc, b.k, b.v)
     op(
-        q,
-        k,
-        v,
-        out,
-        cache.k,
-        cache.v,
-        *scales,
-        req_to_token,
-        req_pool_indices,
-        seq_lens,
-        extend_seq_lens,
-        extend_start_loc,
-        sm_scale=sm_scale,
-        **scale_kw,
-        max_len_extend=max_extend_len,
-        logit_cap=logit_cap,
-        window=window,
-        sinks=sinks,
-        causal=causal,
+        b.q,
+        b.k,
+        b.v,
+        b.out,
+        *caches,
+        *_requests(b),
+        b.extend_seq_lens,
+        b.extend_start_loc,
+        max_len_extend=b.max_extend_len,
+        causal=b.causal,
+        **options,
     )
+
+
+def _requests(b: Batch) -> tuple[Tensor, Tensor, Tensor]:
+    """The request table arguments both ops take, in their order."""
+    return b.req_to_token, b.req_pool_indices, b.seq_lens
+
+
+def _new_token_rows(b: ExtendBatch) -> Tensor:
+    """``out_cache_loc`` derived from the table: row ``start[b] + i`` -> the cache row of
+    position ``prefix[b] + i``. Rows of q no request owns send this call to the fallback
+    (the int8 kernel would write them somewhere)."""
+    n = b.q.shape[0]
+    ext = b.extend_seq_lens.to(torch.int64)
+    if int(ext.sum()) != n:
+        raise NotThisCall(
+            "int8 cache, out_cache_loc=None and rows of q that belong to no request "
+            "(the int8 kernel writes one cache row per row of q)"
+        )
+    table = b.req_to_token
+    ocl = torch.zeros(n, dtype=torch.int64, device=table.device)
+    if n == 0:
+        return ocl
+    owner = torch.repeat_interleave(torch.arange(ext.numel(), device=ext.device), ext)
+    first = b.extend_start_loc.to(torch.int64)
+    offs = torch.arange(n, device=ext.device) - exclusive_cumsum(ext)[owner]
+    rows = first[owner] + offs
+    pos = (b.seq_lens.to(torch.int64) - ext)[owner] + offs
+    own_rows = table[b.req_pool_indices.to(torch.int64)[owner]]
+    pos_ok = (pos >= 0) & (pos < table.shape[1])
+    if not bool(pos_ok.all()) or bool(((rows < 0) | (rows >= n)).any()):
+        raise ValueError("extend: seq_lens / extend_start_loc reach outside req_to_token or q")
+    ocl[rows] = own_rows.gather(1, pos[:, None]).squeeze(1).to(torch.int64)
+    return ocl
 
 
 def unsupported_prefix() -> str:

@@ -7,6 +7,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -40,6 +41,21 @@ FLOAT_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16})
 KV_DTYPES = FLOAT_DTYPES | {torch.float8_e4m3fn, torch.float8_e5m2, torch.int8}
 
 
+class CaseKey(NamedTuple):
+    """What the choice of implementation depends on: the key of the selection cache."""
+
+    op: str
+    q_dtype: torch.dtype
+    kv_dtype: torch.dtype
+    head_dim: int
+    v_head_dim: int
+    features: frozenset[str]
+    device: str
+    """The device type (``cpu``, ...)."""
+    mode: str
+    """The :func:`mode` in force."""
+
+
 class KernelUnavailableError(RuntimeError):
     """``RVV_ATTENTION_IMPL=kernel`` and the kernel cannot run this case (the message says why)."""
 
@@ -68,18 +84,9 @@ class Implementation:
     def __repr__(self) -> str:
         return f"Implementation({self.name!r})"
 
-    def rejects(
-        self,
-        op: str,
-        *,
-        q_dtype: torch.dtype,
-        kv_dtype: torch.dtype,
-        head_dim: int,
-        v_head_dim: int,
-        features: frozenset[str],
-        device: str,
-    ) -> str | None:
+    def rejects(self, case: CaseKey) -> str | None:
         """Why this implementation cannot run the case (a phrase naming it), or None."""
+        op, q_dtype, kv_dtype, head_dim, v_head_dim, features, device, _ = case
         n = self.name
         if op not in self.ops:
             return f"the {n} has no {op}"
@@ -116,25 +123,40 @@ def _kernel_available() -> str | None:
     return err
 
 
-KERNEL = Implementation(
-    name="kernel",
-    description="rvv-ops' RVV attention kernels (torch.ops.sgl_kernel.*_attention_*cpu)",
-    ops=frozenset({"decode", "extend"}),
-    q_dtypes=FLOAT_DTYPES,
-    kv_dtypes=KV_DTYPES,
-    head_dims=(1, 1 << 16),
+def _paged_attention(
+    name: str,
+    description: str,
+    *,
+    features: frozenset[str],
+    devices: frozenset[str],
+    available: Callable[[], str | None],
+) -> Implementation:
+    """An implementation of both ops over SGLang's paged cache; the kernel and the fallback
+    take every query and KV dtype and any head size, and differ in features and devices."""
+    return Implementation(
+        name=name,
+        description=description,
+        ops=frozenset({"decode", "extend"}),
+        q_dtypes=FLOAT_DTYPES,
+        kv_dtypes=KV_DTYPES,
+        head_dims=(1, 1 << 16),
+        features=features,
+        devices=devices,
+        available=available,
+    )
+
+
+KERNEL = _paged_attention(
+    "kernel",
+    "rvv-ops' RVV attention kernels (torch.ops.sgl_kernel.*_attention_*cpu)",
     features=FEATURES - {"cross_attention", "encoder_lens"},
     devices=frozenset({"cpu"}),
     available=_kernel_available,
 )
 
-FALLBACK = Implementation(
-    name="fallback",
-    description="torch-native, batched (padded gather + masked fp32 matmuls)",
-    ops=frozenset({"decode", "extend"}),
-    q_dtypes=FLOAT_DTYPES,
-    kv_dtypes=KV_DTYPES,
-    head_dims=(1, 1 << 16),
+FALLBACK = _paged_attention(
+    "fallback",
+    "torch-native, batched (padded gather + masked fp32 matmuls)",
     features=FEATURES,
     devices=frozenset({"cpu", "cuda", "mps", "xpu"}),
     available=lambda: None,
@@ -160,8 +182,6 @@ def mode() -> str:
     return value
 
 
-CaseKey = tuple[str, torch.dtype, torch.dtype, int, int, frozenset[str], str, str]
-"""(op, q dtype, KV dtype, head_dim, v_head_dim, features, device type, mode)."""
 _cache: dict[CaseKey, Selection] = {}
 _logged: set[str] = set()
 _log_lock = threading.Lock()
@@ -188,7 +208,7 @@ def select(
     """
     feats = features if isinstance(features, frozenset) else frozenset(features)
     vd = head_dim if v_head_dim is None else v_head_dim
-    return select_key((op, q_dtype, kv_dtype, head_dim, vd, feats, device, mode()))
+    return select_key(CaseKey(op, q_dtype, kv_dtype, head_dim, vd, feats, device, mode()))
 
 
 def select_key(key: CaseKey) -> Selection:
@@ -196,7 +216,7 @@ def select_key(key: CaseKey) -> Selection:
     hit = _cache.get(key)
     if hit is not None:
         return hit
-    op, q_dtype, kv_dtype, head_dim, vd, feats, device, m = key
+    op, feats, m = key.op, key.features, key.mode
     if op not in ("decode", "extend"):
         raise ValueError(f"select: op is {op!r}; expected 'decode' or 'extend'")
     unknown = sorted(feats - FEATURES)
@@ -207,15 +227,7 @@ def select_key(key: CaseKey) -> Selection:
     if m == "fallback":
         sel = Selection(FALLBACK, f"{ENV_IMPL}=fallback", m)
     else:
-        why = KERNEL.rejects(
-            op,
-            q_dtype=q_dtype,
-            kv_dtype=kv_dtype,
-            head_dim=head_dim,
-            v_head_dim=vd,
-            features=feats,
-            device=device,
-        )
+        why = KERNEL.rejects(key)
         if why is None:
             sel = Selection(KERNEL, None, m)
         elif m == "kernel":
@@ -243,7 +255,7 @@ def note_fallback(op: str, reason: str) -> None:
 
 def demote(key: CaseKey, reason: str) -> Selection:
     """Records that the kernel rejected a case at run time: later calls go to the fallback."""
-    new = Selection(FALLBACK, f"the kernel rejected the case: {reason}", key[-1])
+    new = Selection(FALLBACK, f"the kernel rejected the case: {reason}", key.mode)
     _cache[key] = new
     return new
 
