@@ -36,8 +36,8 @@ class Batch:
 
     ``k`` / ``v`` are the new tokens' K/V (decode's ``key`` / ``value``, extend's ``k`` /
     ``v``) and ``loc`` the cache rows they are written at first (decode's ``loc``, extend's
-    ``out_cache_loc``), each None when not given; :attr:`NAMES` holds the public names the
-    error messages use. ``window`` is in the kernels' convention (:func:`kernel_window`).
+    ``out_cache_loc``), each None when not given. ``window`` is in the kernels' convention
+    (:func:`kernel_window`).
     """
 
     q: Tensor
@@ -57,8 +57,9 @@ class Batch:
     encoder_lens: Tensor | None
 
     OP: ClassVar[str]
-    NAMES: ClassVar[tuple[str, str, str]]
-    """The public names of ``k``, ``v`` and ``loc``."""
+    """The op's name, as the error messages start."""
+    LOC: ClassVar[str]
+    """The public name of ``loc``."""
 
     def __post_init__(self) -> None:
         self._check_common()
@@ -102,7 +103,7 @@ class Batch:
             "req_pool_indices": self.req_pool_indices,
             "seq_lens": self.seq_lens,
             **self._own_indices(),
-            self.NAMES[2]: self.loc,
+            self.LOC: self.loc,
             "encoder_lens": self.encoder_lens,
         }
 
@@ -169,7 +170,7 @@ class DecodeBatch(Batch):
     """A decode call: one query row per request."""
 
     OP: ClassVar[str] = "decode"
-    NAMES: ClassVar[tuple[str, str, str]] = ("key", "value", "loc")
+    LOC: ClassVar[str] = "loc"
 
     def _check_kv(self) -> None:
         if (self.k is None) != (self.v is None):
@@ -181,7 +182,8 @@ class DecodeBatch(Batch):
 @dataclass(frozen=True, eq=False)
 class ExtendBatch(Batch):
     """An extend call: request ``b`` owns the rows ``extend_start_loc[b] ..
-    + extend_seq_lens[b]`` of q (the start already defaulted, as ``max_extend_len``)."""
+    + extend_seq_lens[b]`` of q. ``extend_start_loc`` and ``max_extend_len`` hold the
+    values the call used (the public defaults already applied)."""
 
     extend_seq_lens: Tensor
     extend_start_loc: Tensor
@@ -189,7 +191,7 @@ class ExtendBatch(Batch):
     causal: bool
 
     OP: ClassVar[str] = "extend"
-    NAMES: ClassVar[tuple[str, str, str]] = ("k", "v", "out_cache_loc")
+    LOC: ClassVar[str] = "out_cache_loc"
 
     def _own_indices(self) -> dict[str, Tensor | None]:
         return {"extend_seq_lens": self.extend_seq_lens, "extend_start_loc": self.extend_start_loc}

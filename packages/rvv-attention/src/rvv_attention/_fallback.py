@@ -78,7 +78,7 @@ def _check_loc(b: Batch) -> None:
         return
     if int(loc.min()) < 0 or int(loc.max()) >= tokens:
         raise ValueError(
-            f"{b.OP}: {b.NAMES[2]} has entries outside [0, {tokens}) (rows of the KV cache): "
+            f"{b.OP}: {b.LOC} has entries outside [0, {tokens}) (rows of the KV cache): "
             f"{loc.tolist()}"
         )
 
