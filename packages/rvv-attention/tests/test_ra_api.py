@@ -158,6 +158,13 @@ def _decode_args() -> dict[str, object]:
             r"encoder_lens has shape \[3\]; expected \[2\] \(one entry per request",
         ),
         ({"encoder_lens": torch.tensor(1)}, ValueError, r"encoder_lens has shape \[\]"),
+        (
+            {"seq_lens": torch.tensor([3])},
+            ValueError,
+            r"seq_lens has shape \[1\]; expected \[2\] \(one entry per request, as q's rows",
+        ),
+        ({"seq_lens": torch.tensor([], dtype=torch.int64)}, ValueError, "seq_lens has shape"),
+        ({"req_pool_indices": torch.tensor([[0, 1]])}, ValueError, "req_pool_indices has shape"),
         ({"cache": "not a cache"}, TypeError, "must be an rvv_attention.KVCache"),
         ({"req_pool_indices": torch.tensor([0, 99])}, ValueError, "req_pool_indices"),
         ({"seq_lens": torch.tensor([3, 40])}, ValueError, "req_to_token"),
@@ -249,6 +256,13 @@ def test_extend_bad_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"extend_seq_lens": torch.tensor([5])}, ValueError, "extend_seq_lens"),
         ({"cross_attention": True}, ValueError, "needs encoder_lens"),
         ({"encoder_lens": torch.tensor([0, 2])}, ValueError, r"encoder_lens has shape \[2\]"),
+        ({"seq_lens": torch.tensor(4)}, ValueError, r"seq_lens has shape \[\]; expected 1-D"),
+        (
+            {"extend_seq_lens": torch.tensor([2, 0])},
+            ValueError,
+            r"extend_seq_lens has shape \[2\]; expected \[1\] \(one entry per request, as seq_lens",
+        ),
+        ({"req_pool_indices": torch.tensor([0, 1])}, ValueError, "req_pool_indices has shape"),
     ]
     for mode in ("auto", "fallback"):
         monkeypatch.setenv(ra.ENV_IMPL, mode)

@@ -147,6 +147,28 @@ class Batch:
         for name, t in self._indices().items():
             if t is not None and t.dtype not in _INDEX:
                 raise TypeError(f"{op}: {name} has dtype {t.dtype}; expected torch.int32 or int64")
+        self._check_request_counts()
+
+    def _requests(self) -> tuple[int, str]:
+        """How many requests the call holds, and what says so (for the error message)."""
+        if self.seq_lens.dim() != 1:
+            raise ValueError(
+                f"{self.OP}: seq_lens has shape {list(self.seq_lens.shape)}; expected 1-D "
+                "[requests]"
+            )
+        return int(self.seq_lens.shape[0]), "as seq_lens"
+
+    def _check_request_counts(self) -> None:
+        """The per-request tensors are 1-D with one entry per request."""
+        n, source = self._requests()
+        per_request = {"seq_lens": self.seq_lens, "req_pool_indices": self.req_pool_indices}
+        per_request.update({k: t for k, t in self._own_indices().items() if t is not None})
+        for name, t in per_request.items():
+            if list(t.shape) != [n]:
+                raise ValueError(
+                    f"{self.OP}: {name} has shape {list(t.shape)}; expected [{n}] (one entry "
+                    f"per request, {source})"
+                )
 
     def _check_kv(self) -> None:
         """The new K/V's own rules (decode and extend differ)."""
@@ -171,6 +193,9 @@ class DecodeBatch(Batch):
 
     OP: ClassVar[str] = "decode"
     LOC: ClassVar[str] = "loc"
+
+    def _requests(self) -> tuple[int, str]:
+        return int(self.q.shape[0]), "as q's rows"
 
     def _check_kv(self) -> None:
         if (self.k is None) != (self.v is None):
