@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <utility>
@@ -42,19 +43,64 @@ using attn::Named;
 // Checks that need only devices, dtypes, shapes and scalars: the CPU kernels and the Meta
 // kernels run these. Sizes are SymInts (fake tensors may have symbolic shapes).
 
-// The tensors every attention op has, checked the same way: the queries (`rows` of
-// them: "batch" for decode, "tokens" for extend) with num_heads x head_dim, the two
-// caches (and, for INT8, their scale buffers; else the per-tensor scales), the output,
-// and the new K/V (both or neither), each against the others' sizes. `names` are the
-// op's argument names, for the messages.
+// The arguments every attention op has, by role: the queries (`rows` of them: "batch" for
+// decode, "tokens" for extend) with num_heads x head_dim, the two caches (and, for INT8,
+// their scale buffers; else the per-tensor scales), the output, the new K/V (both or
+// neither), the request tables and the scalar options. `n` holds the op's argument names,
+// for the messages.
 struct IoNames {
   const char *q, *rows, *k_cache, *v_cache, *out, *k_new, *v_new;
   const char* neither;  // what passing neither new K nor V means
 };
-void check_io(const char* op, const IoNames& n, const at::Tensor& q, const at::Tensor& k_cache,
-              const at::Tensor& v_cache, double k_scale, double v_scale,
-              const at::Tensor* k_scales, const at::Tensor* v_scales, const at::Tensor& out,
-              const std::optional<at::Tensor>& k_new, const std::optional<at::Tensor>& v_new) {
+struct Io {
+  IoNames n;
+  const at::Tensor& q;
+  const at::Tensor& k_cache;
+  const at::Tensor& v_cache;
+  double k_scale, v_scale;     // per-tensor scales (fp8 caches)
+  const at::Tensor* k_scales;  // INT8 ops: k_scale_buf / v_scale_buf; else null
+  const at::Tensor* v_scales;
+  const at::Tensor& out;
+  const std::optional<at::Tensor>& k_new;
+  const std::optional<at::Tensor>& v_new;
+  const at::Tensor& req_to_token;
+  const at::Tensor& req_pool_indices;
+  const at::Tensor& seq_lens;
+  const std::optional<at::Tensor>& sinks;
+  double sm_scale, logit_cap;
+  std::int64_t window;
+};
+
+const at::Tensor* present(const std::optional<at::Tensor>& t) { return t ? &*t : nullptr; }
+
+// The op's tensors for check_all_cpu and check_no_shared_memory, in this order: the output,
+// `scratch` (written), the caches and scale buffers (written if `write`), the query, the new
+// K/V, `loc` (the rows the op writes at, if any), the request tables, `lens` (the op's other
+// length tensors) and the sinks.
+std::vector<Named> io_tensors(const Io& io, std::initializer_list<Named> scratch, bool write,
+                              Named loc, std::initializer_list<Named> lens) {
+  std::vector<Named> t = {{io.n.out, &io.out, true}};
+  t.insert(t.end(), scratch);
+  t.insert(t.end(), {{io.n.k_cache, &io.k_cache, write},
+                     {io.n.v_cache, &io.v_cache, write},
+                     {"k_scale_buf", io.k_scales, write},
+                     {"v_scale_buf", io.v_scales, write},
+                     {io.n.q, &io.q, false},
+                     {io.n.k_new, present(io.k_new), false},
+                     {io.n.v_new, present(io.v_new), false},
+                     loc,
+                     {"req_to_token", &io.req_to_token, false},
+                     {"req_pool_indices", &io.req_pool_indices, false},
+                     {"seq_lens", &io.seq_lens, false}});
+  t.insert(t.end(), lens);
+  t.push_back({"sinks", present(io.sinks), false});
+  return t;
+}
+
+// The tensors of Io, checked the same way for every op, each against the others' sizes.
+void check_io(const char* op, const Io& io) {
+  const IoNames& n = io.n;
+  const at::Tensor &q = io.q, &k_cache = io.k_cache, &v_cache = io.v_cache, &out = io.out;
   const std::string rows = n.rows;
   const std::string from_q = rows + ", from " + n.q;
   const auto on_q = [&](const char* arg, const at::Tensor& t, std::int64_t dims,
@@ -70,7 +116,7 @@ void check_io(const char* op, const IoNames& n, const at::Tensor& q, const at::T
   // k_cache [T, Hkv, D] and v_cache [T, Hkv, Dv].
   on_q(n.k_cache, k_cache, 3, "[tokens, kv_heads, head_dim]");
   on_q(n.v_cache, v_cache, 3, "[tokens, kv_heads, head_dim_v]");
-  attn::cache_dtype(op, n.k_cache, k_cache, q, k_scales != nullptr);
+  attn::cache_dtype(op, n.k_cache, k_cache, q, io.k_scales != nullptr);
   check_same_dtype(op, n.v_cache, v_cache, n.k_cache, k_cache);
   const c10::SymInt tokens = k_cache.sym_size(0), kv_heads = k_cache.sym_size(1);
   check_size(op, n.k_cache, k_cache, 2, dim, std::string("head_dim, from ") + n.q);
@@ -82,10 +128,11 @@ void check_io(const char* op, const IoNames& n, const at::Tensor& q, const at::T
   const c10::SymInt dim_v = v_cache.sym_size(2);
   TORCH_CHECK_VALUE(dim_v >= 1, op, ": ", n.v_cache, " has shape ", v_cache.sym_sizes(),
                     "; expected a head_dim_v >= 1");
-  if (k_scales != nullptr) {
+  if (io.k_scales != nullptr) {
     // k_scale_buf / v_scale_buf [T, Hkv] fp32: the INT8 caches' per-token, per-head scales.
-    for (const auto& [arg, t] : {std::pair<const char*, const at::Tensor*>{"k_scale_buf", k_scales},
-                                {"v_scale_buf", v_scales}}) {
+    for (const auto& [arg, t] :
+         {std::pair<const char*, const at::Tensor*>{"k_scale_buf", io.k_scales},
+          {"v_scale_buf", io.v_scales}}) {
       on_q(arg, *t, 2, "[tokens, kv_heads]");
       TORCH_CHECK_TYPE(t->scalar_type() == at::kFloat, op, ": ", arg, " has dtype ",
                        dtype_name(t->scalar_type()), "; expected torch.float32");
@@ -93,8 +140,8 @@ void check_io(const char* op, const IoNames& n, const at::Tensor& q, const at::T
       check_size(op, arg, *t, 1, kv_heads, "kv_heads, from the KV cache");
     }
   } else {
-    check_scalar(op, "k_scale", k_scale, true, false);
-    check_scalar(op, "v_scale", v_scale, true, false);
+    check_scalar(op, "k_scale", io.k_scale, true, false);
+    check_scalar(op, "v_scale", io.v_scale, true, false);
   }
 
   on_q(n.out, out, 3, "[" + rows + ", num_heads, head_dim_v]");
@@ -103,6 +150,8 @@ void check_io(const char* op, const IoNames& n, const at::Tensor& q, const at::T
   check_size(op, n.out, out, 1, heads, std::string("num_heads, from ") + n.q);
   check_size(op, n.out, out, 2, dim_v, std::string("head_dim_v, from ") + n.v_cache);
 
+  const std::optional<at::Tensor>& k_new = io.k_new;
+  const std::optional<at::Tensor>& v_new = io.v_new;
   TORCH_CHECK_VALUE(k_new.has_value() == v_new.has_value(), op, ": ", n.k_new, " is ",
                     k_new.has_value() ? "a tensor" : "None", " but ", n.v_new, " is ",
                     v_new.has_value() ? "a tensor" : "None", "; expected both", n.neither);
@@ -120,15 +169,15 @@ void check_io(const char* op, const IoNames& n, const at::Tensor& q, const at::T
   }
 }
 
-void check_scalars(const char* op, double sm_scale, double logit_cap, std::int64_t window) {
-  check_scalar(op, "sm_scale", sm_scale, false, false);
-  check_scalar(op, "logit_cap", logit_cap, false, true);
-  TORCH_CHECK_VALUE(window >= 0, op, ": sliding_window_size is ", window,
+// The scalar options and the sinks (one per query head).
+void check_options(const char* op, const Io& io) {
+  check_scalar(op, "sm_scale", io.sm_scale, false, false);
+  check_scalar(op, "logit_cap", io.logit_cap, false, true);
+  TORCH_CHECK_VALUE(io.window >= 0, op, ": sliding_window_size is ", io.window,
                     "; expected >= 0 (0: no window; W + 1 attends to the last W + 1 keys, "
                     "as SGLang passes layer.sliding_window_size + 1)");
+  attn::check_sinks(op, io.sinks, io.q.sym_size(1), io.n.q, io.q);
 }
-
-
 
 // --------------------------------------------------------------------------------------
 // CPU-only checks and helpers
@@ -139,67 +188,125 @@ struct CacheShape {
   std::int64_t tokens = 0, kv_heads = 0, head_dim = 0, head_dim_v = 0;
 };
 
-// The layout checks of check_io's tensors; returns the caches' shape and the scale buffers'
-// common token stride (INT8 only: the kernels take one for both).
-std::pair<CacheShape, std::int64_t> check_io_layout(
-    const char* op, const IoNames& n, const at::Tensor& q, const at::Tensor& k_cache,
-    const at::Tensor& v_cache, const at::Tensor* k_scales, const at::Tensor* v_scales,
-    const at::Tensor& out, const std::optional<at::Tensor>& k_new,
-    const std::optional<at::Tensor>& v_new) {
-  attn::check_last_dim(op, n.q, q);
-  attn::check_last_dim(op, n.k_cache, k_cache);
-  attn::check_last_dim(op, n.v_cache, v_cache);
+// What the kernels take from check_io's tensors once their layout is checked: the caches'
+// shape, the scale buffers' common token stride (INT8 only: the kernels take one for both)
+// and the queries' dtype.
+struct Layout {
   CacheShape c;
-  c.dtype = attn::cache_dtype(op, n.k_cache, k_cache, q, k_scales != nullptr);
-  c.tokens = k_cache.size(0);
-  c.kv_heads = k_cache.size(1);
-  c.head_dim = q.size(2);
-  c.head_dim_v = v_cache.size(2);
   std::int64_t scales_stride = 0;
-  if (k_scales != nullptr) {
-    attn::check_last_dim(op, "k_scale_buf", *k_scales);
-    attn::check_last_dim(op, "v_scale_buf", *v_scales);
-    scales_stride = c.tokens > 1 ? k_scales->stride(0) : c.kv_heads;
-    TORCH_CHECK_VALUE(c.tokens <= 1 || v_scales->stride(0) == scales_stride, op,
-                      ": k_scale_buf and v_scale_buf have token strides ", k_scales->stride(0),
-                      " and ", v_scales->stride(0), "; expected equal strides (the kernels "
+  rvvk::DType dtype = rvvk::DType::kF32;
+};
+
+// The layout checks of check_io's tensors; the caches must not overlap themselves if the op
+// writes them (`write`).
+Layout check_io_layout(const char* op, const Io& io, bool write) {
+  const IoNames& n = io.n;
+  attn::check_last_dim(op, n.q, io.q);
+  attn::check_last_dim(op, n.k_cache, io.k_cache);
+  attn::check_last_dim(op, n.v_cache, io.v_cache);
+  Layout l;
+  CacheShape& c = l.c;
+  c.dtype = attn::cache_dtype(op, n.k_cache, io.k_cache, io.q, io.k_scales != nullptr);
+  c.tokens = io.k_cache.size(0);
+  c.kv_heads = io.k_cache.size(1);
+  c.head_dim = io.q.size(2);
+  c.head_dim_v = io.v_cache.size(2);
+  if (io.k_scales != nullptr) {
+    const at::Tensor &k_scales = *io.k_scales, &v_scales = *io.v_scales;
+    attn::check_last_dim(op, "k_scale_buf", k_scales);
+    attn::check_last_dim(op, "v_scale_buf", v_scales);
+    l.scales_stride = c.tokens > 1 ? k_scales.stride(0) : c.kv_heads;
+    TORCH_CHECK_VALUE(c.tokens <= 1 || v_scales.stride(0) == l.scales_stride, op,
+                      ": k_scale_buf and v_scale_buf have token strides ", k_scales.stride(0),
+                      " and ", v_scales.stride(0), "; expected equal strides (the kernels "
                       "take one; e.g. two contiguous [tokens, kv_heads] tensors)");
   }
-  attn::check_last_dim(op, n.out, out);
-  attn::check_no_internal_overlap(op, n.out, out);
-  if (k_new.has_value()) {
-    attn::check_last_dim(op, n.k_new, *k_new);
-    attn::check_last_dim(op, n.v_new, *v_new);
+  attn::check_last_dim(op, n.out, io.out);
+  attn::check_no_internal_overlap(op, n.out, io.out);
+  if (io.k_new.has_value()) {
+    attn::check_last_dim(op, n.k_new, *io.k_new);
+    attn::check_last_dim(op, n.v_new, *io.v_new);
   }
-  return {c, scales_stride};
+  l.dtype = kernel_dtype(op, n.q, io.q);
+  if (write) {
+    attn::check_no_internal_overlap(op, n.k_cache, io.k_cache);
+    attn::check_no_internal_overlap(op, n.v_cache, io.v_cache);
+  }
+  return l;
 }
 
-rvvk::KvCache make_cache(const CacheShape& c, const at::Tensor& k_cache,
-                         const at::Tensor& v_cache, double k_scale, double v_scale,
-                         const at::Tensor* k_scales, const at::Tensor* v_scales,
-                         std::int64_t scales_stride, const attn::TokenTable& table) {
+// The request tables and index vectors (int64, contiguous) after their checks, and the
+// sinks as fp32.
+struct Indices {
+  attn::TokenTable table;
+  at::Tensor loc, rpi, lens;
+  std::optional<at::Tensor> sinks;
+  const std::int64_t* rpi_p() const { return rpi.const_data_ptr<std::int64_t>(); }
+  const std::int64_t* lens_p() const { return lens.const_data_ptr<std::int64_t>(); }
+};
+
+// Checks `tensors` (io_tensors) for shared memory except the pairs `allowed`, then the rows
+// the op writes at (`loc`, named `loc_name`; null if none) and req_pool_indices.
+Indices check_indices(const char* op, const Io& io, const Layout& l,
+                      const std::vector<Named>& tensors,
+                      const std::vector<std::pair<const char*, const char*>>& allowed,
+                      const char* loc_name, const at::Tensor* loc) {
+  Indices x;
+  x.table = attn::token_table(op, io.req_to_token);
+  if (loc != nullptr) x.loc = index_vector(*loc);
+  x.rpi = index_vector(io.req_pool_indices);
+  x.lens = index_vector(io.seq_lens);
+  x.sinks = attn::sinks_f32(io.sinks);
+  attn::check_no_shared_memory(op, tensors, allowed);
+  if (loc != nullptr) {
+    check_range(op, loc_name, x.loc, 0, l.c.tokens, std::string("a row of ") + io.n.k_cache);
+  }
+  check_range(op, "req_pool_indices", x.rpi, 0, x.table.rows, "a row of req_to_token");
+  return x;
+}
+
+rvvk::KvCache make_cache(const Io& io, const Layout& l, const attn::TokenTable& table) {
   rvvk::KvCache kv;
-  kv.dtype = c.dtype;
-  kv.k = k_cache.const_data_ptr();
-  kv.k_stride_t = k_cache.stride(0);
-  kv.k_stride_h = k_cache.stride(1);
-  kv.v = v_cache.const_data_ptr();
-  kv.v_stride_t = v_cache.stride(0);
-  kv.v_stride_h = v_cache.stride(1);
+  kv.dtype = l.c.dtype;
+  kv.k = io.k_cache.const_data_ptr();
+  kv.k_stride_t = io.k_cache.stride(0);
+  kv.k_stride_h = io.k_cache.stride(1);
+  kv.v = io.v_cache.const_data_ptr();
+  kv.v_stride_t = io.v_cache.stride(0);
+  kv.v_stride_h = io.v_cache.stride(1);
   // The per-tensor scales are fp8's (SGLang's set_kv_buffer applies them only to caches of
   // another dtype than the activations); INT8 caches carry per-token scales instead.
-  const bool fp8 = c.dtype == rvvk::DType::kFP8E4M3 || c.dtype == rvvk::DType::kFP8E5M2;
-  kv.k_scale = fp8 ? static_cast<float>(k_scale) : 1.0f;
-  kv.v_scale = fp8 ? static_cast<float>(v_scale) : 1.0f;
-  if (k_scales != nullptr) {
-    kv.k_scales = k_scales->const_data_ptr<float>();
-    kv.v_scales = v_scales->const_data_ptr<float>();
-    kv.scales_stride = scales_stride;
+  const bool fp8 = kv.dtype == rvvk::DType::kFP8E4M3 || kv.dtype == rvvk::DType::kFP8E5M2;
+  kv.k_scale = fp8 ? static_cast<float>(io.k_scale) : 1.0f;
+  kv.v_scale = fp8 ? static_cast<float>(io.v_scale) : 1.0f;
+  if (io.k_scales != nullptr) {
+    kv.k_scales = io.k_scales->const_data_ptr<float>();
+    kv.v_scales = io.v_scales->const_data_ptr<float>();
+    kv.scales_stride = l.scales_stride;
   }
   kv.req_to_token = table.data;
   kv.req_to_token_int64 = table.int64;
   kv.req_to_token_stride = table.stride;
   return kv;
+}
+
+// The fields DecodeAttentionArgs and ExtendAttentionArgs share, from the checked arguments.
+template <class Args>
+void set_common_args(Args& a, const Io& io, const Layout& l, const Indices& x) {
+  a.batch = io.seq_lens.size(0);
+  a.num_heads = io.q.size(1);
+  a.num_kv_heads = l.c.kv_heads;
+  a.head_dim = l.c.head_dim;
+  a.head_dim_v = l.c.head_dim_v;
+  a.q = io.q.const_data_ptr();
+  a.o = io.out.data_ptr();
+  a.cache = make_cache(io, l, x.table);
+  a.req_pool_indices = x.rpi_p();
+  a.seq_lens = x.lens_p();
+  a.sm_scale = static_cast<float>(io.sm_scale);
+  a.logit_cap = static_cast<float>(io.logit_cap);
+  a.window = io.window;
+  a.sinks = x.sinks ? x.sinks->const_data_ptr<float>() : nullptr;
 }
 
 // cache[rows[i], h, :] = src[i, h, :] for i < src.size(0) and every head; same dtype.
@@ -304,33 +411,19 @@ void decode_impl(bool meta, const char* op, const at::Tensor& query, const at::T
                  std::int64_t window, const std::optional<at::Tensor>& encoder_lens,
                  const std::optional<at::Tensor>& sinks) {
   const bool int8 = k_scales != nullptr;
+  const Io io{{"query", "batch", "k_cache", "v_cache", "output", "key", "value",
+               " (the new token's K/V, written at loc) or neither (already in the cache)"},
+              query, k_cache, v_cache, k_scale, v_scale, k_scales, v_scales, output, key,
+              value, req_to_token, req_pool_indices, seq_lens, sinks, sm_scale, logit_cap,
+              window};
   // The new token's K/V given (check_io: both or neither): written into the caches.
   const bool write = key.has_value();
-  const at::Tensor none;
-  const at::Tensor* no = nullptr;
-  const std::vector<Named> tensors = {{"output", &output, true},
-                                      {"attn_logits", &attn_logits, true},
-                                      {"k_cache", &k_cache, write},
-                                      {"v_cache", &v_cache, write},
-                                      {"k_scale_buf", int8 ? k_scales : no, write},
-                                      {"v_scale_buf", int8 ? v_scales : no, write},
-                                      {"query", &query, false},
-                                      {"key", key ? &*key : &none, false},
-                                      {"value", value ? &*value : &none, false},
-                                      {"loc", &loc, false},
-                                      {"req_to_token", &req_to_token, false},
-                                      {"req_pool_indices", &req_pool_indices, false},
-                                      {"seq_lens", &seq_lens, false},
-                                      {"sinks", sinks ? &*sinks : &none, false}};
+  const std::vector<Named> tensors =
+      io_tensors(io, {{"attn_logits", &attn_logits, true}}, write, {"loc", &loc, false}, {});
   if (!meta) attn::check_all_cpu(op, tensors);
   {  // The checks that need only devices, dtypes, shapes (SymInts) and scalars.
-    check_supported(op, !is_cross_attention, "cross-attention", "is_cross_attention=True");
-    check_supported(op, !encoder_lens.has_value(), "cross-attention",
-                    "encoder_lens is not None (encoder-decoder model)");
-    check_io(op,
-             {"query", "batch", "k_cache", "v_cache", "output", "key", "value",
-              " (the new token's K/V, written at loc) or neither (already in the cache)"},
-             query, k_cache, v_cache, k_scale, v_scale, k_scales, v_scales, output, key, value);
+    attn::check_no_cross_attention(op, is_cross_attention, encoder_lens);
+    check_io(op, io);
     const c10::SymInt batch = query.sym_size(0), heads = query.sym_size(1);
     const c10::SymInt dim_v = v_cache.sym_size(2);
     check_index(op, "loc", loc, batch, "batch, from query", "query", query);
@@ -347,88 +440,57 @@ void decode_impl(bool meta, const char* op, const at::Tensor& query, const at::T
     check_index(op, "req_pool_indices", req_pool_indices, batch, "batch, from query", "query",
                 query);
     check_index(op, "seq_lens", seq_lens, batch, "batch, from query", "query", query);
-    check_scalars(op, sm_scale, logit_cap, window);
-    attn::check_sinks(op, sinks, heads, "query", query);
+    check_options(op, io);
   }
   if (meta) return;
 
-  const auto layout =
-      check_io_layout(op, {"query", "batch", "k_cache", "v_cache", "output", "key", "value", ""},
-                      query, k_cache, v_cache, k_scales, v_scales, output, key, value);
-  const CacheShape& c = layout.first;
-  const std::int64_t scales_stride = layout.second;
-  const rvvk::DType q_dtype = kernel_dtype(op, "query", query);
-  const std::int64_t batch = query.size(0), heads = query.size(1);
-  if (write) {
-    attn::check_no_internal_overlap(op, "k_cache", k_cache);
-    attn::check_no_internal_overlap(op, "v_cache", v_cache);
-  }
+  const Layout l = check_io_layout(op, io, write);
   TORCH_CHECK_VALUE(attn_logits.is_contiguous(), op, ": attn_logits (", describe(attn_logits),
                     ") is not contiguous; expected a contiguous scratch tensor");
-  const std::int64_t splits = attn_logits.size(2);
-  const attn::TokenTable table = attn::token_table(op, req_to_token);
-  const at::Tensor loc64 = index_vector(loc);
-  const at::Tensor rpi = index_vector(req_pool_indices);
-  const at::Tensor lens = index_vector(seq_lens);
-  const std::optional<at::Tensor> sinks32 = attn::sinks_f32(sinks);
-  attn::check_no_shared_memory(
-      op, tensors,
+  const Indices x = check_indices(
+      op, io, l, tensors,
       // MLA pools keep V as a view of K's first head_dim_v elements (and SGLang passes
       // value = key[..., :head_dim_v]): V is written after K, with the same data.
       int8 ? std::vector<std::pair<const char*, const char*>>{}
-           : std::vector<std::pair<const char*, const char*>>{{"k_cache", "v_cache"}});
+           : std::vector<std::pair<const char*, const char*>>{{"k_cache", "v_cache"}},
+      "loc", &loc);
 
   // Index values: everything the kernels or the writes will dereference.
-  check_range(op, "loc", loc64, 0, c.tokens, "a row of k_cache");
-  check_range(op, "req_pool_indices", rpi, 0, table.rows, "a row of req_to_token");
-  const std::int64_t* lens_p = lens.const_data_ptr<std::int64_t>();
-  const std::int64_t* rpi_p = rpi.const_data_ptr<std::int64_t>();
+  const std::int64_t batch = query.size(0);
+  const std::int64_t* lens_p = x.lens_p();
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t len = lens_p[b];
     const std::int64_t lo = write ? 1 : 0;
-    TORCH_CHECK_VALUE(len >= lo && len <= table.cols, op, ": seq_lens[", b, "] is ", len,
-                      "; expected a length in [", lo, ", ", table.cols,
+    TORCH_CHECK_VALUE(len >= lo && len <= x.table.cols, op, ": seq_lens[", b, "] is ", len,
+                      "; expected a length in [", lo, ", ", x.table.cols,
                       "] (req_to_token.size(1))",
                       write ? "; with key given it counts the new token" : "");
     const std::int64_t start = window > 0 ? std::max<std::int64_t>(0, len - window) : 0;
-    attn::check_table_entries(op, table, b, rpi_p[b], start, len, c.tokens, "k_cache");
+    attn::check_table_entries(op, x.table, b, x.rpi_p()[b], start, len, l.c.tokens, "k_cache");
   }
 
   if (batch == 0) return;
   if (write) {
     if (int8) {
-      quantize_rows(k_cache, *k_scales, *key, loc64);
-      quantize_rows(v_cache, *v_scales, *value, loc64);
+      quantize_rows(k_cache, *k_scales, *key, x.loc);
+      quantize_rows(v_cache, *v_scales, *value, x.loc);
     } else {
-      write_rows(k_cache, *key, k_scale, loc64);
-      write_rows(v_cache, *value, v_scale, loc64);
+      write_rows(k_cache, *key, k_scale, x.loc);
+      write_rows(v_cache, *value, v_scale, x.loc);
     }
   }
 
   rvvk::DecodeAttentionArgs a;
-  a.batch = batch;
-  a.num_heads = heads;
-  a.num_kv_heads = c.kv_heads;
-  a.head_dim = c.head_dim;
-  a.head_dim_v = c.head_dim_v;
+  set_common_args(a, io, l, x);
+  const std::int64_t splits = attn_logits.size(2);
   a.num_splits = splits;
-  a.q_dtype = q_dtype;
-  a.q = query.const_data_ptr();
+  a.q_dtype = l.dtype;
   a.q_stride_b = query.stride(0);
   a.q_stride_h = query.stride(1);
-  a.cache = make_cache(c, k_cache, v_cache, k_scale, v_scale, k_scales, v_scales,
-                       scales_stride, table);
-  a.req_pool_indices = rpi_p;
-  a.seq_lens = lens_p;
-  a.o_dtype = q_dtype;
-  a.o = output.data_ptr();
+  a.o_dtype = l.dtype;
   a.o_stride_b = output.stride(0);
   a.o_stride_h = output.stride(1);
   a.partial = attn_logits.data_ptr<float>();
-  a.sm_scale = static_cast<float>(sm_scale);
-  a.logit_cap = static_cast<float>(logit_cap);
-  a.window = window;
-  a.sinks = sinks32 ? sinks32->const_data_ptr<float>() : nullptr;
 
   // Split tasks handed out one at a time as threads take them: tasks over randomly placed
   // rows take uneven times, so static halves leave one thread waiting.
@@ -437,7 +499,8 @@ void decode_impl(bool meta, const char* op, const at::Tensor& query, const at::T
                  rvvk::decode_attention_partial(a, begin, end);
                });
   // A merge task reads num_splits x (head_dim_v + 1) floats: group small ones.
-  const std::int64_t merge_grain = std::max<std::int64_t>(1, 8192 / (splits * (c.head_dim_v + 1)));
+  const std::int64_t merge_grain =
+      std::max<std::int64_t>(1, 8192 / (splits * (l.c.head_dim_v + 1)));
   at::parallel_for(0, rvvk::decode_attention_merge_tasks(a), merge_grain,
                    [&](std::int64_t begin, std::int64_t end) {
                      rvvk::decode_attention_merge(a, begin, end);
@@ -461,39 +524,25 @@ void extend_impl(bool meta, const char* op, const at::Tensor& q_extend,
                  const std::optional<at::Tensor>& sinks,
                  const std::optional<at::Tensor>& tree_mask, bool is_causal) {
   const bool int8 = k_scales != nullptr;
+  const Io io{{"q_extend", "tokens", "k_buffer", "v_buffer", "o_extend", "k_extend", "v_extend",
+               ", or neither (the new tokens' K/V are then read from the cache)"},
+              q_extend, k_buffer, v_buffer, k_scale, v_scale, k_scales, v_scales, o_extend,
+              k_extend, v_extend, req_to_token, req_pool_indices, seq_lens, sinks, sm_scale,
+              logit_cap, window};
   // k_extend / v_extend given (check_io: both or neither); the INT8 op then writes them
   // into the cache at out_cache_loc.
   const bool given = k_extend.has_value();
   const bool write = int8 && given;
-  const at::Tensor none;
-  const at::Tensor* no = nullptr;
-  const std::vector<Named> tensors = {{"o_extend", &o_extend, true},
-                                      {"k_buffer", &k_buffer, write},
-                                      {"v_buffer", &v_buffer, write},
-                                      {"k_scale_buf", int8 ? k_scales : no, write},
-                                      {"v_scale_buf", int8 ? v_scales : no, write},
-                                      {"q_extend", &q_extend, false},
-                                      {"k_extend", k_extend ? &*k_extend : &none, false},
-                                      {"v_extend", v_extend ? &*v_extend : &none, false},
-                                      {"out_cache_loc", int8 ? out_cache_loc : no, false},
-                                      {"req_to_token", &req_to_token, false},
-                                      {"req_pool_indices", &req_pool_indices, false},
-                                      {"seq_lens", &seq_lens, false},
-                                      {"extend_seq_lens", &extend_seq_lens, false},
-                                      {"extend_start_loc", &extend_start_loc, false},
-                                      {"sinks", sinks ? &*sinks : &none, false}};
+  const std::vector<Named> tensors =
+      io_tensors(io, {}, write, {"out_cache_loc", out_cache_loc, false},
+                 {{"extend_seq_lens", &extend_seq_lens, false},
+                  {"extend_start_loc", &extend_start_loc, false}});
   if (!meta) attn::check_all_cpu(op, tensors);
   {  // The checks that need only devices, dtypes, shapes (SymInts) and scalars.
-    check_supported(op, !is_cross_attention, "cross-attention", "is_cross_attention=True");
-    check_supported(op, !encoder_lens.has_value(), "cross-attention",
-                    "encoder_lens is not None (encoder-decoder model)");
+    attn::check_no_cross_attention(op, is_cross_attention, encoder_lens);
     check_supported(op, !tree_mask.has_value(), "tree_mask",
                     "a custom attention mask (speculative decoding with a token tree)");
-    check_io(op,
-             {"q_extend", "tokens", "k_buffer", "v_buffer", "o_extend", "k_extend", "v_extend",
-              ", or neither (the new tokens' K/V are then read from the cache)"},
-             q_extend, k_buffer, v_buffer, k_scale, v_scale, k_scales, v_scales, o_extend,
-             k_extend, v_extend);
+    check_io(op, io);
     const auto on_q = [&](const char* arg, const at::Tensor& t, const c10::SymInt& n,
                           const char* what) {
       check_index(op, arg, t, n, what, "q_extend", q_extend);
@@ -512,37 +561,19 @@ void extend_impl(bool meta, const char* op, const at::Tensor& q_extend,
     on_q("extend_start_loc", extend_start_loc, batch, "batch, from seq_lens");
     TORCH_CHECK_VALUE(max_len_extend >= 0, op, ": max_len_extend is ", max_len_extend,
                       "; expected >= 0 (at least max(extend_seq_lens))");
-    check_scalars(op, sm_scale, logit_cap, window);
-    attn::check_sinks(op, sinks, q_extend.sym_size(1), "q_extend", q_extend);
+    check_options(op, io);
   }
   if (meta) return;
 
-  const auto layout = check_io_layout(
-      op, {"q_extend", "tokens", "k_buffer", "v_buffer", "o_extend", "k_extend", "v_extend", ""},
-      q_extend, k_buffer, v_buffer, k_scales, v_scales, o_extend, k_extend, v_extend);
-  const CacheShape& c = layout.first;
-  const std::int64_t scales_stride = layout.second;
-  const rvvk::DType dtype = kernel_dtype(op, "q_extend", q_extend);
-  const std::int64_t tokens = q_extend.size(0), heads = q_extend.size(1);
-  if (write) {
-    attn::check_no_internal_overlap(op, "k_buffer", k_buffer);
-    attn::check_no_internal_overlap(op, "v_buffer", v_buffer);
-  }
-  const at::Tensor loc64 = int8 ? index_vector(*out_cache_loc) : at::Tensor();
-  const attn::TokenTable table = attn::token_table(op, req_to_token);
+  const Layout l = check_io_layout(op, io, write);
+  const Indices x = check_indices(op, io, l, tensors, {}, "out_cache_loc", out_cache_loc);
+  const std::int64_t tokens = q_extend.size(0);
   const std::int64_t batch = seq_lens.size(0);
-  const at::Tensor lens = index_vector(seq_lens);
-  const at::Tensor rpi = index_vector(req_pool_indices);
+  const attn::TokenTable& table = x.table;
   const at::Tensor ext = index_vector(extend_seq_lens);
   const at::Tensor starts = index_vector(extend_start_loc);
-  const std::optional<at::Tensor> sinks32 = attn::sinks_f32(sinks);
-  attn::check_no_shared_memory(op, tensors, {});
-
-  // Index values.
-  if (int8) check_range(op, "out_cache_loc", loc64, 0, c.tokens, "a row of k_buffer");
-  check_range(op, "req_pool_indices", rpi, 0, table.rows, "a row of req_to_token");
-  const std::int64_t* lens_p = lens.const_data_ptr<std::int64_t>();
-  const std::int64_t* rpi_p = rpi.const_data_ptr<std::int64_t>();
+  const std::int64_t* lens_p = x.lens_p();
+  const std::int64_t* rpi_p = x.rpi_p();
   const std::int64_t* ext_p = ext.const_data_ptr<std::int64_t>();
   const std::int64_t* start_p = starts.const_data_ptr<std::int64_t>();
   std::int64_t max_ext = 0;
@@ -562,7 +593,7 @@ void extend_impl(bool meta, const char* op, const at::Tensor& q_extend,
     const std::int64_t prefix = len - n;
     const std::int64_t lo = window > 0 ? std::max<std::int64_t>(0, prefix - window + 1) : 0;
     // Without k_extend the new tokens' K/V are gathered from the cache as well.
-    attn::check_table_entries(op, table, b, rpi_p[b], lo, given ? prefix : len, c.tokens,
+    attn::check_table_entries(op, table, b, rpi_p[b], lo, given ? prefix : len, l.c.tokens,
                               "k_buffer");
   }
   TORCH_CHECK_VALUE(max_len_extend >= max_ext, op, ": max_len_extend is ", max_len_extend,
@@ -578,8 +609,8 @@ void extend_impl(bool meta, const char* op, const at::Tensor& q_extend,
   }
 
   if (write) {
-    quantize_rows(k_buffer, *k_scales, *k_extend, loc64);
-    quantize_rows(v_buffer, *v_scales, *v_extend, loc64);
+    quantize_rows(k_buffer, *k_scales, *k_extend, x.loc);
+    quantize_rows(v_buffer, *v_scales, *v_extend, x.loc);
   }
 
   // k_extend / v_extend None (KV-shared layers): the new tokens' K/V, dequantised to
@@ -598,8 +629,8 @@ void extend_impl(bool meta, const char* op, const at::Tensor& q_extend,
       }
     }
     const auto opts = q_extend.options();
-    k_new = at::zeros({tokens, c.kv_heads, c.head_dim}, opts);
-    v_new = at::zeros({tokens, c.kv_heads, c.head_dim_v}, opts);
+    k_new = at::zeros({tokens, l.c.kv_heads, l.c.head_dim}, opts);
+    v_new = at::zeros({tokens, l.c.kv_heads, l.c.head_dim_v}, opts);
     if (!src.empty()) {
       const auto n = static_cast<std::int64_t>(src.size());
       const at::Tensor src_t = at::empty({n}, at::kLong);
@@ -626,14 +657,9 @@ void extend_impl(bool meta, const char* op, const at::Tensor& q_extend,
 
   if (batch == 0 || max_ext == 0) return;
   rvvk::ExtendAttentionArgs a;
-  a.batch = batch;
-  a.num_heads = heads;
-  a.num_kv_heads = c.kv_heads;
-  a.head_dim = c.head_dim;
-  a.head_dim_v = c.head_dim_v;
+  set_common_args(a, io, l, x);
   a.max_extend_len = max_ext;
-  a.dtype = dtype;
-  a.q = q_extend.const_data_ptr();
+  a.dtype = l.dtype;
   a.q_stride_t = q_extend.stride(0);
   a.q_stride_h = q_extend.stride(1);
   a.k = k_new.const_data_ptr();
@@ -642,19 +668,10 @@ void extend_impl(bool meta, const char* op, const at::Tensor& q_extend,
   a.v = v_new.const_data_ptr();
   a.v_stride_t = v_new.stride(0);
   a.v_stride_h = v_new.stride(1);
-  a.o = o_extend.data_ptr();
   a.o_stride_t = o_extend.stride(0);
   a.o_stride_h = o_extend.stride(1);
-  a.cache = make_cache(c, k_buffer, v_buffer, k_scale, v_scale, k_scales, v_scales,
-                       scales_stride, table);
-  a.req_pool_indices = rpi_p;
-  a.seq_lens = lens_p;
   a.extend_seq_lens = ext_p;
   a.extend_start_loc = start_p;
-  a.sm_scale = static_cast<float>(sm_scale);
-  a.logit_cap = static_cast<float>(logit_cap);
-  a.window = window;
-  a.sinks = sinks32 ? sinks32->const_data_ptr<float>() : nullptr;
   a.causal = is_causal;
   // Tasks handed out in chunks as threads take them: tasks differ in cost (causal query
   // blocks see more keys the later they are, requests differ in length), and a thread slowed

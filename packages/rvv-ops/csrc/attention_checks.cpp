@@ -13,6 +13,13 @@ void check_supported(const char* op, bool ok, const char* feature, const std::st
                               "); use another attention backend for this layer");
 }
 
+void check_no_cross_attention(const char* op, bool is_cross_attention,
+                              const std::optional<at::Tensor>& encoder_lens) {
+  check_supported(op, !is_cross_attention, "cross-attention", "is_cross_attention=True");
+  check_supported(op, !encoder_lens.has_value(), "cross-attention",
+                  "encoder_lens is not None (encoder-decoder model)");
+}
+
 void check_dims(const char* op, const char* arg, const at::Tensor& t, std::int64_t dims,
                 const std::string& layout, const char* ref_arg, const at::Tensor& ref) {
   check_same_device(op, arg, t, ref_arg, ref);

@@ -23,6 +23,9 @@ namespace rvv_ops::attn {
 
 // NotImplementedError "rvv_ops: unsupported: <feature> (<op>: <detail>)" unless `ok`.
 void check_supported(const char* op, bool ok, const char* feature, const std::string& detail);
+// check_supported for cross-attention: neither `is_cross_attention` nor `encoder_lens`.
+void check_no_cross_attention(const char* op, bool is_cross_attention,
+                              const std::optional<at::Tensor>& encoder_lens);
 
 // A tensor on `ref`'s device (`ref_arg` names it) of `dims` dimensions (`layout` names them,
 // e.g. "[batch, heads, head_dim]").

@@ -87,7 +87,16 @@ def test_repeated_calls_are_idempotent(cache: str) -> None:
 
 
 def test_schemas_match_sglang_call_sites() -> None:
-    # intel_amx_backend.py (SGLang 0.5.23) passes these, positionally, in this order.
+    # intel_amx_backend.py (SGLang 0.5.23) passes these, positionally, in this order; both
+    # ops take the same options after their tensors.
+    options = [
+        "sm_scale",
+        "logit_cap",
+        "is_cross_attention",
+        "sliding_window_size",
+        "encoder_lens",
+        "sinks",
+    ]
     decode = [
         "query",
         "k_cache",
@@ -102,12 +111,7 @@ def test_schemas_match_sglang_call_sites() -> None:
         "req_to_token",
         "req_pool_indices",
         "seq_lens",
-        "sm_scale",
-        "logit_cap",
-        "is_cross_attention",
-        "sliding_window_size",
-        "encoder_lens",
-        "sinks",
+        *options,
     ]
     extend = [
         "q_extend",
@@ -124,12 +128,7 @@ def test_schemas_match_sglang_call_sites() -> None:
         "extend_seq_lens",
         "extend_start_loc",
         "max_len_extend",
-        "sm_scale",
-        "logit_cap",
-        "is_cross_attention",
-        "sliding_window_size",
-        "encoder_lens",
-        "sinks",
+        *options,
         "tree_mask",
         "is_causal",
     ]

@@ -98,7 +98,6 @@ class Bad:
     mutate: Mutation
     exc: type[Exception]
     words: tuple[str, ...]  # in the message: the argument's name and its bad value
-    fake_too: bool = True  # the Meta kernel checks it as well (layout- and value-free)
 
 
 DEC = ("decode", "decode_int8")
@@ -110,6 +109,27 @@ NI = NotImplementedError
 
 def to(dtype: torch.dtype, name: str) -> Mutation:
     return put(name, lambda a: a[name].to(dtype))
+
+
+class _Index:
+    """S[index] is `index`: the indices of cut(), written as in a subscript."""
+
+    def __getitem__(self, index: Any) -> Any:
+        return index
+
+
+S = _Index()
+
+
+def cut(name: str, index: Any) -> Mutation:
+    """Replaces argument `name` by the view args[name][index]."""
+    return put(name, lambda a: a[name][index])
+
+
+def strided(name: str, d0: int, d1: int) -> Mutation:
+    """Replaces argument `name` by a copy with the same values whose dimensions d0 and d1
+    are laid out in memory the other way round."""
+    return put(name, lambda a: a[name].transpose(d0, d1).contiguous().transpose(d0, d1))
 
 
 CASES: dict[str, Bad] = {
@@ -135,44 +155,25 @@ CASES: dict[str, Bad] = {
     # query / q_extend
     "query float64": Bad(DEC, to(F64, "query"), TypeError, ("query", "torch.float64")),
     "query int32": Bad(DEC, to(I32, "query"), TypeError, ("query", "torch.int32")),
-    "query 2-D": Bad(DEC, put("query", lambda a: a["query"][0]), ValueError, ("query", "2-d")),
-    "query last dim strided": Bad(
-        DEC,
-        put("query", lambda a: a["query"].transpose(1, 2).contiguous().transpose(1, 2)),
-        ValueError,
-        ("query", "last-dimension stride of 4"),
-        fake_too=False,
-    ),
+    "query 2-D": Bad(DEC, cut("query", S[0]), ValueError, ("query", "2-d")),
     "q_extend float64": Bad(EXT, to(F64, "q_extend"), TypeError, ("q_extend", "torch.float64")),
-    "q_extend 4-D": Bad(
-        EXT, put("q_extend", lambda a: a["q_extend"][None]), ValueError, ("q_extend", "4-d")
-    ),
+    "q_extend 4-D": Bad(EXT, cut("q_extend", S[None]), ValueError, ("q_extend", "4-d")),
     # caches
     "k_cache head_dim": Bad(
-        DEC,
-        put("k_cache", lambda a: a["k_cache"][..., :15]),
-        ValueError,
-        ("k_cache", "[13, 2, 15]", "head_dim"),
+        DEC, cut("k_cache", S[..., :15]), ValueError, ("k_cache", "[13, 2, 15]", "head_dim")
     ),
     "heads not divisible": Bad(
-        DEC,
-        put("query", lambda a: a["query"][:, :3]),
-        ValueError,
-        ("k_cache", "2 KV heads", "3 query heads"),
+        DEC, cut("query", S[:, :3]), ValueError, ("k_cache", "2 KV heads", "3 query heads")
     ),
-    "v_cache tokens": Bad(
-        DEC, put("v_cache", lambda a: a["v_cache"][:-1]), ValueError, ("v_cache", "tokens")
-    ),
-    "v_buffer kv_heads": Bad(
-        EXT, put("v_buffer", lambda a: a["v_buffer"][:, :1]), ValueError, ("v_buffer", "kv_heads")
-    ),
+    "v_cache tokens": Bad(DEC, cut("v_cache", S[:-1]), ValueError, ("v_cache", "tokens")),
+    "v_buffer kv_heads": Bad(EXT, cut("v_buffer", S[:, :1]), ValueError, ("v_buffer", "kv_heads")),
     "k_cache float16": Bad(
         ("decode",), to(F16, "k_cache"), TypeError, ("k_cache", "torch.float16", "torch.bfloat16")
     ),
     "k_buffer int8": Bad(("extend",), to(torch.int8, "k_buffer"), TypeError, ("k_buffer", "int8")),
     "v_cache dtype": Bad(
         ("decode",),
-        put("v_cache", lambda a: a["v_cache"].to(torch.float8_e4m3fn)),
+        to(torch.float8_e4m3fn, "v_cache"),
         TypeError,
         ("v_cache", "torch.float8_e4m3fn", "k_cache's dtype torch.bfloat16"),
     ),
@@ -181,16 +182,9 @@ CASES: dict[str, Bad] = {
     ),
     "int8 op, fp8 buffer": Bad(
         ("extend_int8",),
-        put("k_buffer", lambda a: a["k_buffer"].to(torch.float8_e5m2)),
+        to(torch.float8_e5m2, "k_buffer"),
         TypeError,
         ("k_buffer", "torch.float8_e5m2"),
-    ),
-    "k_cache rows overlap": Bad(
-        DEC,
-        put("k_cache", lambda a: a["k_cache"][:1].expand(TOKENS, -1, -1)),
-        ValueError,
-        ("k_cache", "overlap"),
-        fake_too=False,
     ),
     # scales
     "k_scale 0": Bad(("decode", "extend"), put("k_scale", lambda a: 0.0), ValueError, ("k_scale",)),
@@ -215,29 +209,15 @@ CASES: dict[str, Bad] = {
     ),
     "v_scale_buf 1-D": Bad(
         ("decode_int8", "extend_int8"),
-        put("v_scale_buf", lambda a: a["v_scale_buf"][:, 0]),
+        cut("v_scale_buf", S[:, 0]),
         ValueError,
         ("v_scale_buf", "1-d"),
     ),
     "k_scale_buf heads": Bad(
         ("decode_int8", "extend_int8"),
-        put("k_scale_buf", lambda a: a["k_scale_buf"][:, :1]),
+        cut("k_scale_buf", S[:, :1]),
         ValueError,
         ("k_scale_buf", ", 1]", "kv_heads"),
-    ),
-    "scale bufs' strides differ": Bad(
-        ("decode_int8", "extend_int8"),
-        put("v_scale_buf", lambda a: torch.zeros(len(a["v_scale_buf"]), 3)[:, :2]),
-        ValueError,
-        ("k_scale_buf and v_scale_buf", "strides 2 and 3"),
-        fake_too=False,
-    ),
-    "int8 caches share memory": Bad(
-        ("decode_int8",),
-        put("v_cache", lambda a: a["k_cache"][..., :8]),
-        ValueError,
-        ("k_cache", "v_cache", "share memory"),
-        fake_too=False,
     ),
     # outputs and scratch
     "output dtype": Bad(
@@ -249,59 +229,19 @@ CASES: dict[str, Bad] = {
         ValueError,
         ("output", "[2, 4, 9]", "head_dim_v"),
     ),
-    "output rows overlap": Bad(
-        DEC,
-        put("output", lambda a: a["output"][:1].expand(2, -1, -1)),
-        ValueError,
-        ("output", "overlap"),
-        fake_too=False,
-    ),
-    "output inside query": Bad(
-        DEC,
-        put("output", lambda a: a["query"][..., :8]),
-        ValueError,
-        ("output", "query", "share memory"),
-        fake_too=False,
-    ),
     "o_extend dtype": Bad(EXT, to(F16, "o_extend"), TypeError, ("o_extend", "torch.float16")),
-    "o_extend rows": Bad(
-        EXT, put("o_extend", lambda a: a["o_extend"][:-1]), ValueError, ("o_extend", "tokens")
-    ),
-    "o_extend inside q_extend": Bad(
-        EXT,
-        put("o_extend", lambda a: a["q_extend"][..., :8]),
-        ValueError,
-        ("o_extend", "q_extend", "share memory"),
-        fake_too=False,
-    ),
+    "o_extend rows": Bad(EXT, cut("o_extend", S[:-1]), ValueError, ("o_extend", "tokens")),
     "attn_logits bf16": Bad(
         DEC, to(BF16, "attn_logits"), TypeError, ("attn_logits", "torch.bfloat16")
     ),
     "attn_logits last dim": Bad(
         DEC,
-        put("attn_logits", lambda a: a["attn_logits"][..., :8]),
+        cut("attn_logits", S[..., :8]),
         ValueError,
         ("attn_logits", "[2, 4, 8, 8]", "head_dim_v + 1"),
     ),
     "attn_logits no split": Bad(
-        DEC,
-        put("attn_logits", lambda a: a["attn_logits"][:, :, :0]),
-        ValueError,
-        ("attn_logits", "num_kv_splits >= 1"),
-    ),
-    "attn_logits strided": Bad(
-        DEC,
-        put("attn_logits", lambda a: a["attn_logits"].transpose(0, 1).contiguous().transpose(0, 1)),
-        ValueError,
-        ("attn_logits", "not contiguous"),
-        fake_too=False,
-    ),
-    "output inside attn_logits": Bad(
-        DEC,
-        put("output", lambda a: a["attn_logits"].view(BF16)[:, :, 0, :8]),
-        ValueError,
-        ("output", "attn_logits", "share memory"),
-        fake_too=False,
+        DEC, cut("attn_logits", S[:, :, :0]), ValueError, ("attn_logits", "num_kv_splits >= 1")
     ),
     # new K/V
     "key without value": Bad(
@@ -314,151 +254,35 @@ CASES: dict[str, Bad] = {
         ("k_extend is None but v_extend is a tensor",),
     ),
     "key dtype": Bad(DEC, to(F32, "key"), TypeError, ("key", "torch.float32")),
-    "key heads": Bad(
-        DEC, put("key", lambda a: a["key"][:, :1]), ValueError, ("key", "num_kv_heads")
-    ),
-    "value head_dim": Bad(
-        DEC, put("value", lambda a: a["value"][..., :7]), ValueError, ("value", "head_dim_v")
-    ),
-    "k_extend rows": Bad(
-        EXT, put("k_extend", lambda a: a["k_extend"][:4]), ValueError, ("k_extend", "tokens")
-    ),
+    "key heads": Bad(DEC, cut("key", S[:, :1]), ValueError, ("key", "num_kv_heads")),
+    "value head_dim": Bad(DEC, cut("value", S[..., :7]), ValueError, ("value", "head_dim_v")),
+    "k_extend rows": Bad(EXT, cut("k_extend", S[:4]), ValueError, ("k_extend", "tokens")),
     "v_extend dtype": Bad(EXT, to(F16, "v_extend"), TypeError, ("v_extend", "torch.float16")),
-    "key inside k_cache": Bad(
-        ("decode",),
-        put("key", lambda a: a["k_cache"][:2]),
-        ValueError,
-        ("k_cache", "key", "share memory"),
-        fake_too=False,
-    ),
     # index tensors: dtypes and shapes
     "loc float": Bad(DEC, to(F32, "loc"), TypeError, ("loc", "torch.float32", "torch.int64")),
-    "loc length": Bad(DEC, put("loc", lambda a: a["loc"][:1]), ValueError, ("loc", "[1]", "[2]")),
+    "loc length": Bad(DEC, cut("loc", S[:1]), ValueError, ("loc", "[1]", "[2]")),
     "out_cache_loc length": Bad(
-        ("extend_int8",),
-        put("out_cache_loc", lambda a: a["out_cache_loc"][1:]),
-        ValueError,
-        ("out_cache_loc", "[4]", "[5]"),
+        ("extend_int8",), cut("out_cache_loc", S[1:]), ValueError, ("out_cache_loc", "[4]", "[5]")
     ),
     "req_to_token float": Bad(
         ALL, to(F32, "req_to_token"), TypeError, ("req_to_token", "torch.float32")
     ),
-    "req_to_token 1-D": Bad(
-        ALL,
-        put("req_to_token", lambda a: a["req_to_token"][0]),
-        ValueError,
-        ("req_to_token", "1-d"),
-    ),
-    "req_to_token strided": Bad(
-        ALL,
-        put("req_to_token", lambda a: a["req_to_token"].t().contiguous().t()),
-        ValueError,
-        ("req_to_token", "stride of 4"),
-        fake_too=False,
-    ),
+    "req_to_token 1-D": Bad(ALL, cut("req_to_token", S[0]), ValueError, ("req_to_token", "1-d")),
     "req_pool_indices float": Bad(
         ALL, to(F32, "req_pool_indices"), TypeError, ("req_pool_indices", "torch.float32")
     ),
     "req_pool_indices length": Bad(
-        ALL,
-        put("req_pool_indices", lambda a: a["req_pool_indices"][:1]),
-        ValueError,
-        ("req_pool_indices", "[1]"),
+        ALL, cut("req_pool_indices", S[:1]), ValueError, ("req_pool_indices", "[1]")
     ),
     "seq_lens float": Bad(ALL, to(F32, "seq_lens"), TypeError, ("seq_lens", "torch.float32")),
-    "seq_lens 2-D": Bad(
-        EXT, put("seq_lens", lambda a: a["seq_lens"][None]), ValueError, ("seq_lens", "[batch]")
-    ),
+    "seq_lens 2-D": Bad(EXT, cut("seq_lens", S[None]), ValueError, ("seq_lens", "[batch]")),
     "extend_seq_lens length": Bad(
-        EXT,
-        put("extend_seq_lens", lambda a: a["extend_seq_lens"][:1]),
-        ValueError,
-        ("extend_seq_lens", "[1]", "[2]"),
+        EXT, cut("extend_seq_lens", S[:1]), ValueError, ("extend_seq_lens", "[1]", "[2]")
     ),
     "extend_start_loc float": Bad(
         EXT, to(F16, "extend_start_loc"), TypeError, ("extend_start_loc", "torch.float16")
     ),
     # index values (CPU only: meta tensors have none)
-    "loc beyond the cache": Bad(
-        DEC, put_entry("loc", (1,), TOKENS), ValueError, ("loc[1] is 13", "[0, 13)"), False
-    ),
-    "loc negative": Bad(DEC, put_entry("loc", (0,), -1), ValueError, ("loc[0] is -1",), False),
-    "out_cache_loc beyond the cache": Bad(
-        ("extend_int8",),
-        put_entry("out_cache_loc", (4,), 99),
-        ValueError,
-        ("out_cache_loc[4] is 99",),
-        False,
-    ),
-    "req_pool_indices beyond the table": Bad(
-        ALL,
-        put_entry("req_pool_indices", (1,), TABLE_ROWS),
-        ValueError,
-        ("req_pool_indices[1] is 4", "[0, 4)"),
-        False,
-    ),
-    "req_to_token entry beyond the cache": Bad(
-        DEC, table_entry(1, 0, TOKENS), ValueError, ("req_to_token[", "is 13", "request 1"), False
-    ),
-    "req_to_token entry negative": Bad(
-        DEC, table_entry(0, 2, -7), ValueError, ("is -7", "position 2 of request 0"), False
-    ),
-    "prefix entry beyond the cache": Bad(
-        EXT, table_entry(0, 1, 10**6), ValueError, ("is 1000000", "position 1 of request 0"), False
-    ),
-    "new-token entry read without k_extend": Bad(
-        EXT,
-        both(
-            table_entry(0, 3, -1), put("k_extend", lambda a: None), put("v_extend", lambda a: None)
-        ),
-        ValueError,
-        ("position 3 of request 0", "is -1"),
-        False,
-    ),
-    "seq_len beyond the table": Bad(
-        ALL, put_entry("seq_lens", (0,), TABLE_COLS + 1), ValueError, ("seq_lens[0] is 9",), False
-    ),
-    "seq_len negative": Bad(
-        ALL, put_entry("seq_lens", (1,), -2), ValueError, ("seq_lens[1] is -2",), False
-    ),
-    "seq_len 0 with a new token": Bad(
-        DEC, put_entry("seq_lens", (0,), 0), ValueError, ("seq_lens[0] is 0", "[1, 8]"), False
-    ),
-    "extend beyond seq_len": Bad(
-        EXT,
-        put_entry("extend_seq_lens", (1,), 3),
-        ValueError,
-        ("extend_seq_lens[1] is 3", "seq_lens[1] = 2"),
-        False,
-    ),
-    "extend length negative": Bad(
-        EXT,
-        put_entry("extend_seq_lens", (0,), -1),
-        ValueError,
-        ("extend_seq_lens[0] is -1",),
-        False,
-    ),
-    "extend rows beyond q_extend": Bad(
-        EXT,
-        put_entry("extend_start_loc", (1,), 4),
-        ValueError,
-        ("extend_start_loc[1] is 4", "5 rows of q_extend"),
-        False,
-    ),
-    "extend rows overlap": Bad(
-        EXT,
-        put_entry("extend_start_loc", (1,), 2),
-        ValueError,
-        ("requests 0 and 1 share rows",),
-        False,
-    ),
-    "max_len_extend too small": Bad(
-        EXT,
-        put("max_len_extend", lambda a: 2),
-        ValueError,
-        ("max_len_extend is 2", "max(extend_seq_lens) = 3"),
-        False,
-    ),
     "max_len_extend negative": Bad(
         EXT, put("max_len_extend", lambda a: -1), ValueError, ("max_len_extend is -1",)
     ),
@@ -490,12 +314,140 @@ CASES: dict[str, Bad] = {
         ("sinks", "torch.int32"),
     ),
 }
+# Checks of memory layout (strides, overlap, shared memory) and index values: the CPU
+# kernels' only (meta tensors have neither).
+CPU_CASES: dict[str, Bad] = {
+    "query last dim strided": Bad(
+        DEC, strided("query", 1, 2), ValueError, ("query", "last-dimension stride of 4")
+    ),
+    "k_cache rows overlap": Bad(
+        DEC,
+        put("k_cache", lambda a: a["k_cache"][:1].expand(TOKENS, -1, -1)),
+        ValueError,
+        ("k_cache", "overlap"),
+    ),
+    "scale bufs' strides differ": Bad(
+        ("decode_int8", "extend_int8"),
+        put("v_scale_buf", lambda a: torch.zeros(len(a["v_scale_buf"]), 3)[:, :2]),
+        ValueError,
+        ("k_scale_buf and v_scale_buf", "strides 2 and 3"),
+    ),
+    "int8 caches share memory": Bad(
+        ("decode_int8",),
+        put("v_cache", lambda a: a["k_cache"][..., :8]),
+        ValueError,
+        ("k_cache", "v_cache", "share memory"),
+    ),
+    "output rows overlap": Bad(
+        DEC,
+        put("output", lambda a: a["output"][:1].expand(2, -1, -1)),
+        ValueError,
+        ("output", "overlap"),
+    ),
+    "output inside query": Bad(
+        DEC,
+        put("output", lambda a: a["query"][..., :8]),
+        ValueError,
+        ("output", "query", "share memory"),
+    ),
+    "o_extend inside q_extend": Bad(
+        EXT,
+        put("o_extend", lambda a: a["q_extend"][..., :8]),
+        ValueError,
+        ("o_extend", "q_extend", "share memory"),
+    ),
+    "attn_logits strided": Bad(
+        DEC, strided("attn_logits", 0, 1), ValueError, ("attn_logits", "not contiguous")
+    ),
+    "output inside attn_logits": Bad(
+        DEC,
+        put("output", lambda a: a["attn_logits"].view(BF16)[:, :, 0, :8]),
+        ValueError,
+        ("output", "attn_logits", "share memory"),
+    ),
+    "key inside k_cache": Bad(
+        ("decode",),
+        put("key", lambda a: a["k_cache"][:2]),
+        ValueError,
+        ("k_cache", "key", "share memory"),
+    ),
+    "req_to_token strided": Bad(
+        ALL, strided("req_to_token", 0, 1), ValueError, ("req_to_token", "stride of 4")
+    ),
+    "loc beyond the cache": Bad(
+        DEC, put_entry("loc", (1,), TOKENS), ValueError, ("loc[1] is 13", "[0, 13)")
+    ),
+    "loc negative": Bad(DEC, put_entry("loc", (0,), -1), ValueError, ("loc[0] is -1",)),
+    "req_to_token entry beyond the cache": Bad(
+        DEC, table_entry(1, 0, TOKENS), ValueError, ("req_to_token[", "is 13", "request 1")
+    ),
+    "req_to_token entry negative": Bad(
+        DEC, table_entry(0, 2, -7), ValueError, ("is -7", "position 2 of request 0")
+    ),
+    "prefix entry beyond the cache": Bad(
+        EXT, table_entry(0, 1, 10**6), ValueError, ("is 1000000", "position 1 of request 0")
+    ),
+    "seq_len beyond the table": Bad(
+        ALL, put_entry("seq_lens", (0,), TABLE_COLS + 1), ValueError, ("seq_lens[0] is 9",)
+    ),
+    "seq_len negative": Bad(
+        ALL, put_entry("seq_lens", (1,), -2), ValueError, ("seq_lens[1] is -2",)
+    ),
+    "seq_len 0 with a new token": Bad(
+        DEC, put_entry("seq_lens", (0,), 0), ValueError, ("seq_lens[0] is 0", "[1, 8]")
+    ),
+    "out_cache_loc beyond the cache": Bad(
+        ("extend_int8",),
+        put_entry("out_cache_loc", (4,), 99),
+        ValueError,
+        ("out_cache_loc[4] is 99",),
+    ),
+    "req_pool_indices beyond the table": Bad(
+        ALL,
+        put_entry("req_pool_indices", (1,), TABLE_ROWS),
+        ValueError,
+        ("req_pool_indices[1] is 4", "[0, 4)"),
+    ),
+    "new-token entry read without k_extend": Bad(
+        EXT,
+        both(
+            table_entry(0, 3, -1), put("k_extend", lambda a: None), put("v_extend", lambda a: None)
+        ),
+        ValueError,
+        ("position 3 of request 0", "is -1"),
+    ),
+    "extend beyond seq_len": Bad(
+        EXT,
+        put_entry("extend_seq_lens", (1,), 3),
+        ValueError,
+        ("extend_seq_lens[1] is 3", "seq_lens[1] = 2"),
+    ),
+    "extend length negative": Bad(
+        EXT, put_entry("extend_seq_lens", (0,), -1), ValueError, ("extend_seq_lens[0] is -1",)
+    ),
+    "extend rows beyond q_extend": Bad(
+        EXT,
+        put_entry("extend_start_loc", (1,), 4),
+        ValueError,
+        ("extend_start_loc[1] is 4", "5 rows of q_extend"),
+    ),
+    "extend rows overlap": Bad(
+        EXT, put_entry("extend_start_loc", (1,), 2), ValueError, ("requests 0 and 1 share rows",)
+    ),
+    "max_len_extend too small": Bad(
+        EXT,
+        put("max_len_extend", lambda a: 2),
+        ValueError,
+        ("max_len_extend is 2", "max(extend_seq_lens) = 3"),
+    ),
+}
 
 PARAMS = [(kind, name) for name, case in CASES.items() for kind in case.kinds]
+CPU_PARAMS = [(kind, name) for name, case in CPU_CASES.items() for kind in case.kinds]
 
 
 def _check(kind: str, name: str, device: str) -> None:
-    case = CASES[name]
+    case = CASES[name] if name in CASES else CPU_CASES[name]
     args = base(kind, device)
     case.mutate(args)
     before = {}
@@ -513,12 +465,12 @@ def _check(kind: str, name: str, device: str) -> None:
         assert same_bits(args[n], t), f"{n} was modified"
 
 
-@pytest.mark.parametrize(("kind", "name"), PARAMS)
+@pytest.mark.parametrize(("kind", "name"), PARAMS + CPU_PARAMS)
 def test_bad_input_cpu(kind: str, name: str) -> None:
     _check(kind, name, "cpu")
 
 
-@pytest.mark.parametrize(("kind", "name"), [(k, n) for k, n in PARAMS if CASES[n].fake_too])
+@pytest.mark.parametrize(("kind", "name"), PARAMS)
 def test_bad_input_fake(kind: str, name: str) -> None:
     _check(kind, name, "meta")
 

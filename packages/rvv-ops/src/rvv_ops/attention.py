@@ -36,13 +36,19 @@ UNSUPPORTED = "rvv_ops: unsupported: "
 
 # SGLang's arguments the wrappers do not expose: features the kernels do not have.
 _NOT_EXPOSED = {"is_cross_attention": False, "encoder_lens": None, "tree_mask": None}
+# SGLang's names of the wrappers' renamed parameters.
+_RENAMED = {"sliding_window_size": "window", "is_causal": "causal"}
 
 
 def _call(op: Any, args: dict[str, Any]) -> None:
     """Calls `op` with its schema's arguments taken by name from `args` (a wrapper's
-    parameters, which carry the schema's names, plus the renamed ones), else from
-    _NOT_EXPOSED."""
-    op(*[args[a.name] if a.name in args else _NOT_EXPOSED[a.name] for a in op._schema.arguments])
+    parameters, which carry the schema's names or those of _RENAMED), else from
+    _NOT_EXPOSED. ``max_len_extend`` None becomes ``max(extend_seq_lens)``."""
+    if "max_len_extend" in args and args["max_len_extend"] is None:
+        lens = args["extend_seq_lens"]
+        args = {**args, "max_len_extend": int(lens.max()) if lens.numel() else 0}
+    names = [_RENAMED.get(a.name, a.name) for a in op._schema.arguments]
+    op(*[args[n] if n in args else _NOT_EXPOSED[n] for n in names])
 
 
 def decode_attention(
@@ -79,10 +85,7 @@ def decode_attention(
     int32 or int64. ``k_scale`` / ``v_scale`` (> 0) apply to fp8 caches only.
     Results do not depend on the number of threads.
     """
-    _call(
-        torch.ops.sgl_kernel.decode_attention_cpu.default,
-        {**locals(), "sliding_window_size": window},
-    )
+    _call(torch.ops.sgl_kernel.decode_attention_cpu.default, locals())
 
 
 def decode_attention_int8(
@@ -116,16 +119,7 @@ def decode_attention_int8(
     ``clamp(round_half_even(x / scale), -127, 127)``, a zero row gets scale 0 - and written
     with their scales at rows ``loc`` before attending.
     """
-    _call(
-        torch.ops.sgl_kernel.decode_attention_int8_cpu.default,
-        {**locals(), "sliding_window_size": window},
-    )
-
-
-def _max_extend(extend_seq_lens: Tensor, max_len_extend: int | None) -> int:
-    if max_len_extend is not None:
-        return max_len_extend
-    return int(extend_seq_lens.max()) if extend_seq_lens.numel() else 0
+    _call(torch.ops.sgl_kernel.decode_attention_int8_cpu.default, locals())
 
 
 def extend_attention(
@@ -164,15 +158,7 @@ def extend_attention(
     query's dtype. ``max_len_extend`` (default: computed) must be at least
     ``max(extend_seq_lens)``.
     """
-    _call(
-        torch.ops.sgl_kernel.extend_attention_cpu.default,
-        {
-            **locals(),
-            "sliding_window_size": window,
-            "is_causal": causal,
-            "max_len_extend": _max_extend(extend_seq_lens, max_len_extend),
-        },
-    )
+    _call(torch.ops.sgl_kernel.extend_attention_cpu.default, locals())
 
 
 def extend_attention_int8(
@@ -207,12 +193,4 @@ def extend_attention_int8(
     ``out_cache_loc [N]`` (int32 or int64) of the caches; the attention then uses them as
     given (unquantised) for the new tokens and the INT8 cache for the prefix.
     """
-    _call(
-        torch.ops.sgl_kernel.extend_attention_int8_cpu.default,
-        {
-            **locals(),
-            "sliding_window_size": window,
-            "is_causal": causal,
-            "max_len_extend": _max_extend(extend_seq_lens, max_len_extend),
-        },
-    )
+    _call(torch.ops.sgl_kernel.extend_attention_int8_cpu.default, locals())

@@ -139,6 +139,30 @@ void row_blocks(std::int64_t m, int block, Fn&& fn) {
   }
 }
 
+// Runs fn(r, mr, p) for every register block of rows [r, r + mr) (row_blocks) and panel p
+// of [pb, pe): panels in groups of group_panels(h), each swept by all row blocks in turn.
+template <class Fn>
+void for_each_block(const PackedWeightHeader& h, std::int64_t m, int block, std::int64_t pb,
+                    std::int64_t pe, Fn&& fn) {
+  const std::int64_t group = group_panels(h);
+  for (std::int64_t g = pb; g < pe; g += group) {
+    const std::int64_t ge = std::min(pe, g + group);
+    row_blocks(m, block, [&](std::int64_t r, int mr) {
+      for (std::int64_t p = g; p < ge; ++p) fn(r, mr, p);
+    });
+  }
+}
+
+// The bias ([n], of dtype `dt`) in fp32; empty without one.
+std::vector<float> bias_f32(const void* bias, DType dt, std::int64_t n) {
+  std::vector<float> out;
+  if (bias) {
+    out.resize(static_cast<std::size_t>(n));
+    to_f32(dt, bias, out.data(), n);
+  }
+  return out;
+}
+
 template <class WT, class OutT>
 void linear_impl(const LinearArgs& a, const PackedWeightHeader& h, std::int64_t pb,
                  std::int64_t pe) {
@@ -151,23 +175,12 @@ void linear_impl(const LinearArgs& a, const PackedWeightHeader& h, std::int64_t 
                r * a.x_stride * packed_element_bytes(a.x_dtype),
            xs.data() + r * kp, h.k);
   }
-  std::vector<float> bias;
-  if (a.bias) {
-    bias.resize(static_cast<std::size_t>(h.n));
-    to_f32(a.bias_dtype, a.bias, bias.data(), h.n);
-  }
+  const std::vector<float> bias = bias_f32(a.bias, a.bias_dtype, h.n);
   OutT* out = static_cast<OutT*>(a.out);
-  const std::int64_t group = group_panels(h);
-  for (std::int64_t g = pb; g < pe; g += group) {
-    const std::int64_t ge = std::min(pe, g + group);
-    row_blocks(a.m, kFloatBlockRows, [&](std::int64_t r, int mr) {
-      for (std::int64_t p = g; p < ge; ++p) {
-        float_rows<WT, OutT>(mr, h, panel_data(h, p), xs.data() + r * kp, kp, p * h.panel,
-                             a.bias ? bias.data() : nullptr, out + r * a.out_stride,
-                             a.out_stride);
-      }
-    });
-  }
+  for_each_block(h, a.m, kFloatBlockRows, pb, pe, [&](std::int64_t r, int mr, std::int64_t p) {
+    float_rows<WT, OutT>(mr, h, panel_data(h, p), xs.data() + r * kp, kp, p * h.panel,
+                         a.bias ? bias.data() : nullptr, out + r * a.out_stride, a.out_stride);
+  });
 }
 
 // ---------------------------------------------------------------------------
@@ -251,31 +264,21 @@ void int8_linear_impl(const Int8LinearArgs& a, const PackedWeightHeader& h, std:
     const std::int8_t* row = a.a + r * a.a_stride;
     for (std::int64_t k = 0; k < h.k; ++k) pairs &= row[k] != -128;
   }
-  std::vector<float> bias;
-  if (a.bias) {
-    bias.resize(static_cast<std::size_t>(h.n));
-    to_f32(a.bias_dtype, a.bias, bias.data(), h.n);
-  }
+  const std::vector<float> bias = bias_f32(a.bias, a.bias_dtype, h.n);
   OutT* out = static_cast<OutT*>(a.out);
-  const std::int64_t group = group_panels(h);
-  for (std::int64_t g = pb; g < pe; g += group) {
-    const std::int64_t ge = std::min(pe, g + group);
-    row_blocks(a.m, kInt8BlockRows, [&](std::int64_t r, int mr) {
-      for (std::int64_t p = g; p < ge; ++p) {
-        const auto run = [&](auto pair_tag) {
-          int8_rows<decltype(pair_tag)::value, OutT>(
-              mr, h, panel_data(h, p), a.a + r * a.a_stride, a.a_stride, a.a_scales + r,
-              p * h.panel, a.w_scales, a.bias ? bias.data() : nullptr, out + r * a.out_stride,
-              a.out_stride);
-        };
-        if (pairs) {
-          run(std::true_type{});
-        } else {
-          run(std::false_type{});
-        }
-      }
-    });
-  }
+  for_each_block(h, a.m, kInt8BlockRows, pb, pe, [&](std::int64_t r, int mr, std::int64_t p) {
+    const auto run = [&](auto pair_tag) {
+      int8_rows<decltype(pair_tag)::value, OutT>(
+          mr, h, panel_data(h, p), a.a + r * a.a_stride, a.a_stride, a.a_scales + r,
+          p * h.panel, a.w_scales, a.bias ? bias.data() : nullptr, out + r * a.out_stride,
+          a.out_stride);
+    };
+    if (pairs) {
+      run(std::true_type{});
+    } else {
+      run(std::false_type{});
+    }
+  });
 }
 
 }  // namespace
