@@ -51,6 +51,27 @@ struct Case {
   std::int64_t weight_bytes = 0;
 };
 
+// The Qwen2.5-1.5B layer's heads and a bf16 KV cache (k, v: kHkv heads of kD a
+// row; rows of request slot i at r2t[i * r2t_stride ...]), the same for the
+// decode and the extend arguments.
+template <class Args>
+void qwen_attention(Args& a, const void* k, const void* v, const std::int32_t* r2t,
+                    std::int64_t r2t_stride, const std::int64_t* pool, const std::int64_t* lens) {
+  a.num_heads = kHq;
+  a.num_kv_heads = kHkv;
+  a.head_dim = a.head_dim_v = kD;
+  a.cache.dtype = DType::kBF16;
+  a.cache.k = k;
+  a.cache.v = v;
+  a.cache.k_stride_t = a.cache.v_stride_t = kHkv * kD;
+  a.cache.k_stride_h = a.cache.v_stride_h = kD;
+  a.cache.req_to_token = r2t;
+  a.cache.req_to_token_stride = r2t_stride;
+  a.req_pool_indices = pool;
+  a.seq_lens = lens;
+  a.sm_scale = 0.08838834764831845f;  // 1 / sqrt(kD)
+}
+
 std::function<void()> decode_case() {
   // 4 requests, 1024 cached tokens + the new one each, cache rows shuffled by a stride.
   constexpr std::int64_t B = 4, L = 1025, S = 8, T = B * L;
@@ -64,29 +85,17 @@ std::function<void()> decode_case() {
   static std::vector<std::int64_t> pool = {0, 1, 2, 3}, lens = {L, L, L, L};
   static std::vector<float> partial(B * kHq * S * (kD + 1));
   static rvvk::DecodeAttentionArgs a;
+  qwen_attention(a, k.data(), v.data(), r2t.data(), L, pool.data(), lens.data());
   a.batch = B;
-  a.num_heads = kHq;
-  a.num_kv_heads = kHkv;
-  a.head_dim = a.head_dim_v = kD;
   a.num_splits = S;
   a.q_dtype = a.o_dtype = DType::kBF16;
   a.q = q.data();
   a.q_stride_b = kHq * kD;
   a.q_stride_h = kD;
-  a.cache.dtype = DType::kBF16;
-  a.cache.k = k.data();
-  a.cache.v = v.data();
-  a.cache.k_stride_t = a.cache.v_stride_t = kHkv * kD;
-  a.cache.k_stride_h = a.cache.v_stride_h = kD;
-  a.cache.req_to_token = r2t.data();
-  a.cache.req_to_token_stride = L;
-  a.req_pool_indices = pool.data();
-  a.seq_lens = lens.data();
   a.o = o.data();
   a.o_stride_b = kHq * kD;
   a.o_stride_h = kD;
   a.partial = partial.data();
-  a.sm_scale = 0.08838834764831845f;
   return [] {
     rvvk::decode_attention_partial(a, 0, rvvk::decode_attention_partial_tasks(a));
     rvvk::decode_attention_merge(a, 0, rvvk::decode_attention_merge_tasks(a));
@@ -107,10 +116,8 @@ std::function<void()> extend_case() {
   for (std::int64_t i = 0; i < L; ++i) r2t[i] = static_cast<std::int32_t>((i * 131) % L);
   static std::vector<std::int64_t> pool = {0}, lens = {L}, ext = {E}, start = {0};
   static rvvk::ExtendAttentionArgs a;
+  qwen_attention(a, kc.data(), vc.data(), r2t.data(), L, pool.data(), lens.data());
   a.batch = 1;
-  a.num_heads = kHq;
-  a.num_kv_heads = kHkv;
-  a.head_dim = a.head_dim_v = kD;
   a.max_extend_len = E;
   a.dtype = DType::kBF16;
   a.q = q.data();
@@ -123,18 +130,8 @@ std::function<void()> extend_case() {
   a.o = o.data();
   a.o_stride_t = kHq * kD;
   a.o_stride_h = kD;
-  a.cache.dtype = DType::kBF16;
-  a.cache.k = kc.data();
-  a.cache.v = vc.data();
-  a.cache.k_stride_t = a.cache.v_stride_t = kHkv * kD;
-  a.cache.k_stride_h = a.cache.v_stride_h = kD;
-  a.cache.req_to_token = r2t.data();
-  a.cache.req_to_token_stride = L;
-  a.req_pool_indices = pool.data();
-  a.seq_lens = lens.data();
   a.extend_seq_lens = ext.data();
   a.extend_start_loc = start.data();
-  a.sm_scale = 0.08838834764831845f;
   a.causal = true;
   return [] { rvvk::extend_attention(a, 0, rvvk::extend_attention_tasks(a)); };
 }
@@ -211,49 +208,57 @@ std::vector<std::uint32_t> packed_weight(DType dt, std::int64_t n, std::int64_t 
   return packed;
 }
 
+// One linear layer's data: x [M, K] random bf16, W [N, K] of dtype wdt packed
+// for the running variant, y [M, N] bf16.
+template <std::int64_t M, std::int64_t K, std::int64_t N>
+struct Layer {
+  Rng rng;
+  std::vector<std::uint16_t> x = random_bf16(M * K, rng);
+  std::vector<std::uint32_t> w;
+  std::vector<std::uint16_t> y = std::vector<std::uint16_t>(M * N);
+  explicit Layer(DType wdt) : w(packed_weight(wdt, N, K)) {}
+  // The fields LinearArgs and Int8LinearArgs share: rows, the packed W, the output.
+  template <class Args>
+  void set(Args& a) {
+    a.m = M;
+    a.packed = w.data();
+    a.out_dtype = DType::kBF16;
+    a.out = y.data();
+    a.out_stride = N;
+  }
+  std::int64_t tasks() const {
+    return rvvk::linear_tasks(*reinterpret_cast<const rvvk::PackedWeightHeader*>(w.data()));
+  }
+};
+
 // bf16 linear layer y[m, n] = x[m, k] @ W^T, single-threaded over every panel.
 template <std::int64_t M, std::int64_t K, std::int64_t N>
 std::function<void()> linear_case() {
-  static Rng rng;
-  static auto x = random_bf16(M * K, rng);
-  static auto w = packed_weight(DType::kBF16, N, K);
-  static std::vector<std::uint16_t> y(M * N);
+  static Layer<M, K, N> d(DType::kBF16);
   static rvvk::LinearArgs a;
-  a.m = M;
-  a.x_dtype = a.out_dtype = DType::kBF16;
-  a.x = x.data();
+  d.set(a);
+  a.x_dtype = DType::kBF16;
+  a.x = d.x.data();
   a.x_stride = K;
-  a.packed = w.data();
-  a.out = y.data();
-  a.out_stride = N;
-  return [] {
-    rvvk::linear(a, 0, rvvk::linear_tasks(*static_cast<const rvvk::PackedWeightHeader*>(a.packed)));
-  };
+  return [] { rvvk::linear(a, 0, d.tasks()); };
 }
 
 // W8A8 layer as int8_scaled_mm_with_quant runs it: quantise the bf16 row, int8 GEMM,
 // per-token x per-channel scales, bf16 out.
 template <std::int64_t M, std::int64_t K, std::int64_t N>
 std::function<void()> w8a8_case() {
-  static Rng rng;
-  static auto x = random_bf16(M * K, rng);
-  static auto w = packed_weight(DType::kI8, N, K);
+  static Layer<M, K, N> d(DType::kI8);
   static std::vector<std::int8_t> q(M * K);
   static std::vector<float> sa(M), sw(N, 0.01f);
-  static std::vector<std::uint16_t> y(M * N);
   static rvvk::Int8LinearArgs a;
-  a.m = M;
+  d.set(a);
   a.a = q.data();
   a.a_stride = K;
   a.a_scales = sa.data();
-  a.packed = w.data();
   a.w_scales = sw.data();
-  a.out_dtype = DType::kBF16;
-  a.out = y.data();
-  a.out_stride = N;
   return [] {
-    rvvk::quantize_int8_rows(DType::kBF16, x.data(), K, M, K, q.data(), K, sa.data());
-    rvvk::int8_linear(a, 0, rvvk::linear_tasks(*static_cast<const rvvk::PackedWeightHeader*>(a.packed)));
+    rvvk::quantize_int8_rows(DType::kBF16, d.x.data(), K, M, K, q.data(), K, sa.data());
+    rvvk::int8_linear(a, 0, d.tasks());
   };
 }
 

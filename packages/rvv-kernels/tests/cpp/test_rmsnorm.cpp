@@ -4,29 +4,20 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <set>
 #include <vector>
 
 #include "harness.h"
+#include "lengths.h"
 #include "reference.h"
+#include "rows.h"
 
 using rvvk::DType;
+using rvvk_test::fill;
+using rvvk_test::kSentinel;
 
 namespace {
 
 constexpr DType kTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
-
-// Row lengths: small ones, tails around 1..4 x the LMUL-4 vector length of
-// this VLEN (and of the other VLENs), and model-sized rows.
-std::vector<std::int64_t> row_lengths(unsigned vlen_bits) {
-  std::set<std::int64_t> s = {1, 2, 3, 5, 7, 16, 31, 100, 1536, 4095, 8192};
-  for (unsigned v : {128u, 256u, 512u, 1024u, vlen_bits}) {
-    const std::int64_t vl = v / 32 * 4;
-    for (std::int64_t k = 1; k <= 4; ++k)
-      for (std::int64_t d = -1; d <= 1; ++d) s.insert(k * vl + d);
-  }
-  return {s.begin(), s.end()};
-}
 
 // Output tolerance: the kernel accumulates in fp32 in another order than the
 // reference, then rounds to the dtype; allow one unit in the last place of the
@@ -40,54 +31,53 @@ struct Case {
   std::int64_t rows, cols, stride;
 };
 
+// Row lengths: small ones, tails around 1..4 x the LMUL-4 vector length of
+// every VLEN (lengths.h), model-sized rows; then strided rows and no rows.
 std::vector<Case> cases(unsigned vlen_bits) {
   std::vector<Case> out;
-  for (std::int64_t c : row_lengths(vlen_bits)) out.push_back({1, c, c});
+  for (std::int64_t c :
+       rvvk_test::row_lengths(vlen_bits, 4, {1, 2, 3, 5, 7, 16, 31, 100, 1536, 4095, 8192}))
+    out.push_back({1, c, c});
   for (std::int64_t c : {1, 17, 129, 1000}) out.push_back({5, c, c + 3});  // strided rows
   out.push_back({3, 64, 64});
   out.push_back({0, 64, 64});  // no rows
   return out;
 }
 
-void fill(ref::Buffer& b, ref::Rng& rng, double lo, double hi) {
-  for (std::size_t i = 0; i < b.size(); ++i) b.set(i, rng.uniform(lo, hi));
+// fn(dt, c, total) for every dtype and case; total: elements of c's buffers.
+template <class Fn>
+void each_case(unsigned vlen_bits, Fn fn) {
+  for (DType dt : kTypes)
+    for (const Case& c : cases(vlen_bits))
+      fn(dt, c, static_cast<std::size_t>(std::max<std::int64_t>(c.rows, 1) * c.stride));
 }
-
-constexpr double kSentinel = -77.0;
 
 }  // namespace
 
 RVVK_TEST(rmsnorm_matches_reference) {
   ref::Rng rng(1);
-  for (DType dt : kTypes) {
-    for (const Case& c : cases(ctx.vlen_bits)) {
-      const std::size_t total = static_cast<std::size_t>(std::max<std::int64_t>(c.rows, 1) * c.stride);
-      ref::Buffer in(dt, total), out(dt, total), w(dt, static_cast<std::size_t>(c.cols));
-      fill(in, rng, -3.0, 3.0);
-      fill(w, rng, 0.5, 1.5);
-      for (std::size_t i = 0; i < total; ++i) out.set(i, kSentinel);
-      const float eps = c.cols % 2 ? 1e-6f : 0.25f;  // a large eps must show in the result
-      rvvk::rmsnorm(dt, out.data(), c.stride, in.data(), c.stride, w.data(), c.rows, c.cols, eps,
-                    0.0f);
-      for (std::int64_t r = 0; r < c.rows; ++r) {
-        double ss = 0;
-        for (std::int64_t j = 0; j < c.cols; ++j) ss += in.get(r * c.stride + j) * in.get(r * c.stride + j);
-        const double inv = 1.0 / std::sqrt(ss / c.cols + eps);
-        for (std::int64_t j = 0; j < c.stride; ++j) {
-          const std::size_t i = static_cast<std::size_t>(r * c.stride + j);
-          if (j >= c.cols) {
-            CHECK_MSG(out.get(i) == kSentinel, "%s rows=%lld cols=%lld: wrote the gap at %zu",
-                      ref::name(dt), (long long)c.rows, (long long)c.cols, i);
-            continue;
-          }
-          const double want = ref::round_to(dt, in.get(i) * inv * w.get(static_cast<std::size_t>(j)));
-          CHECK_MSG(close(dt, out.get(i), want), "%s rows=%lld cols=%lld [%lld,%lld]: got %.9g want %.9g",
-                    ref::name(dt), (long long)c.rows, (long long)c.cols, (long long)r, (long long)j,
-                    out.get(i), want);
-        }
+  each_case(ctx.vlen_bits, [&](DType dt, const Case& c, std::size_t total) {
+    ref::Buffer in(dt, total), out(dt, total), w(dt, static_cast<std::size_t>(c.cols));
+    fill(in, rng, -3.0, 3.0);
+    fill(w, rng, 0.5, 1.5);
+    rvvk_test::fill_sentinel(out);
+    const float eps = c.cols % 2 ? 1e-6f : 0.25f;  // a large eps must show in the result
+    rvvk::rmsnorm(dt, out.data(), c.stride, in.data(), c.stride, w.data(), c.rows, c.cols, eps,
+                  0.0f);
+    for (std::int64_t r = 0; r < c.rows; ++r) {
+      double ss = 0;
+      for (std::int64_t j = 0; j < c.cols; ++j) ss += in.get(r * c.stride + j) * in.get(r * c.stride + j);
+      const double inv = 1.0 / std::sqrt(ss / c.cols + eps);
+      rvvk_test::check_gap(ctx, dt, r, c.cols, c.stride, {&out});
+      for (std::int64_t j = 0; j < c.cols; ++j) {
+        const std::size_t i = static_cast<std::size_t>(r * c.stride + j);
+        const double want = ref::round_to(dt, in.get(i) * inv * w.get(static_cast<std::size_t>(j)));
+        CHECK_MSG(close(dt, out.get(i), want), "%s rows=%lld cols=%lld [%lld,%lld]: got %.9g want %.9g",
+                  ref::name(dt), (long long)c.rows, (long long)c.cols, (long long)r, (long long)j,
+                  out.get(i), want);
       }
     }
-  }
+  });
 }
 
 RVVK_TEST(rmsnorm_in_place_and_large_values) {
@@ -115,52 +105,45 @@ RVVK_TEST(rmsnorm_in_place_and_large_values) {
 
 RVVK_TEST(fused_add_rmsnorm_matches_reference) {
   ref::Rng rng(2);
-  for (DType dt : kTypes) {
-    for (const Case& c : cases(ctx.vlen_bits)) {
-      const std::size_t total = static_cast<std::size_t>(std::max<std::int64_t>(c.rows, 1) * c.stride);
-      ref::Buffer x(dt, total), res(dt, total), w(dt, static_cast<std::size_t>(c.cols));
-      fill(x, rng, -2.0, 2.0);
-      fill(res, rng, -2.0, 2.0);
-      fill(w, rng, 0.5, 1.5);
-      for (std::int64_t r = 0; r < c.rows; ++r)
-        for (std::int64_t j = c.cols; j < c.stride; ++j) {
-          x.set(static_cast<std::size_t>(r * c.stride + j), kSentinel);
-          res.set(static_cast<std::size_t>(r * c.stride + j), kSentinel);
-        }
-      const ref::Buffer x0 = x, res0 = res;
-      const float eps = 1e-5f;
-      rvvk::fused_add_rmsnorm(dt, x.data(), c.stride, res.data(), c.stride, w.data(), c.rows,
-                              c.cols, eps, 0.0f);
-      for (std::int64_t r = 0; r < c.rows; ++r) {
-        double ss = 0;
-        std::vector<double> sum(static_cast<std::size_t>(c.cols));
-        for (std::int64_t j = 0; j < c.cols; ++j) {
-          const std::size_t i = static_cast<std::size_t>(r * c.stride + j);
-          // fp32 addition of the two inputs, then rounding to the dtype.
-          const float s = static_cast<float>(x0.get(i)) + static_cast<float>(res0.get(i));
-          sum[static_cast<std::size_t>(j)] = ref::round_to(dt, s);
-          ss += sum[static_cast<std::size_t>(j)] * sum[static_cast<std::size_t>(j)];
-        }
-        const double inv = 1.0 / std::sqrt(ss / c.cols + eps);
-        for (std::int64_t j = 0; j < c.stride; ++j) {
-          const std::size_t i = static_cast<std::size_t>(r * c.stride + j);
-          if (j >= c.cols) {
-            CHECK_MSG(x.get(i) == kSentinel && res.get(i) == kSentinel,
-                      "%s cols=%lld: wrote the gap at %zu", ref::name(dt), (long long)c.cols, i);
-            continue;
-          }
-          const double s = sum[static_cast<std::size_t>(j)];
-          CHECK_MSG(res.get(i) == s, "%s rows=%lld cols=%lld [%lld,%lld]: residual %.9g want %.9g",
-                    ref::name(dt), (long long)c.rows, (long long)c.cols, (long long)r,
-                    (long long)j, res.get(i), s);
-          const double want = ref::round_to(dt, s * inv * w.get(static_cast<std::size_t>(j)));
-          CHECK_MSG(close(dt, x.get(i), want), "%s rows=%lld cols=%lld [%lld,%lld]: got %.9g want %.9g",
-                    ref::name(dt), (long long)c.rows, (long long)c.cols, (long long)r,
-                    (long long)j, x.get(i), want);
-        }
+  each_case(ctx.vlen_bits, [&](DType dt, const Case& c, std::size_t total) {
+    ref::Buffer x(dt, total), res(dt, total), w(dt, static_cast<std::size_t>(c.cols));
+    fill(x, rng, -2.0, 2.0);
+    fill(res, rng, -2.0, 2.0);
+    fill(w, rng, 0.5, 1.5);
+    for (std::int64_t r = 0; r < c.rows; ++r)
+      for (std::int64_t j = c.cols; j < c.stride; ++j) {
+        x.set(static_cast<std::size_t>(r * c.stride + j), kSentinel);
+        res.set(static_cast<std::size_t>(r * c.stride + j), kSentinel);
+      }
+    const ref::Buffer x0 = x, res0 = res;
+    const float eps = 1e-5f;
+    rvvk::fused_add_rmsnorm(dt, x.data(), c.stride, res.data(), c.stride, w.data(), c.rows,
+                            c.cols, eps, 0.0f);
+    for (std::int64_t r = 0; r < c.rows; ++r) {
+      double ss = 0;
+      std::vector<double> sum(static_cast<std::size_t>(c.cols));
+      for (std::int64_t j = 0; j < c.cols; ++j) {
+        const std::size_t i = static_cast<std::size_t>(r * c.stride + j);
+        // fp32 addition of the two inputs, then rounding to the dtype.
+        const float s = static_cast<float>(x0.get(i)) + static_cast<float>(res0.get(i));
+        sum[static_cast<std::size_t>(j)] = ref::round_to(dt, s);
+        ss += sum[static_cast<std::size_t>(j)] * sum[static_cast<std::size_t>(j)];
+      }
+      const double inv = 1.0 / std::sqrt(ss / c.cols + eps);
+      rvvk_test::check_gap(ctx, dt, r, c.cols, c.stride, {&x, &res});
+      for (std::int64_t j = 0; j < c.cols; ++j) {
+        const std::size_t i = static_cast<std::size_t>(r * c.stride + j);
+        const double s = sum[static_cast<std::size_t>(j)];
+        CHECK_MSG(res.get(i) == s, "%s rows=%lld cols=%lld [%lld,%lld]: residual %.9g want %.9g",
+                  ref::name(dt), (long long)c.rows, (long long)c.cols, (long long)r,
+                  (long long)j, res.get(i), s);
+        const double want = ref::round_to(dt, s * inv * w.get(static_cast<std::size_t>(j)));
+        CHECK_MSG(close(dt, x.get(i), want), "%s rows=%lld cols=%lld [%lld,%lld]: got %.9g want %.9g",
+                  ref::name(dt), (long long)c.rows, (long long)c.cols, (long long)r,
+                  (long long)j, x.get(i), want);
       }
     }
-  }
+  });
 }
 
 RVVK_TEST(variant_api) {

@@ -14,6 +14,7 @@
 #include "rvvk/detail/aligned.h"
 #include "rvvk/detail/dispatch.h"
 #include "rvvk/detail/kv_cache.h"
+#include "rvvk/detail/rows.h"
 #include "rvvk/detail/vec.h"
 #include "rvvk/rvvk.h"
 
@@ -62,12 +63,23 @@ struct BlockRows {
 // dst[0, n) = src[0, n) * scale in fp32 (q scaled by sm_scale and k_scale).
 template <class T>
 void scale_q(float* dst, const T* src, std::int64_t n, float scale) {
-  for (std::int64_t i = 0; i < n;) {
-    const std::size_t vl = F::setvl(static_cast<std::size_t>(n - i));
-    F::store(dst + i, F::mul(F::load(src + i, vl), scale, vl), vl);
-    i += static_cast<std::int64_t>(vl);
-  }
+  scale_row<F>(dst, src, n, scale);
 }
+
+// What every ISA's products keep of the call (see generic::Products): the head
+// dimensions, the query heads per KV head, q's scale (sm_scale x k_scale) and
+// the driver's fp32 q scratch (the task's heads x dim).
+struct ProductsBase {
+  ProductsBase(const DecodeAttentionArgs& a, float* q)
+      : dim_(a.head_dim),
+        dim_v_(a.head_dim_v),
+        group_(a.num_heads / a.num_kv_heads),
+        scale_(a.sm_scale * a.cache.k_scale),
+        q_(q) {}
+  std::int64_t dim_, dim_v_, group_;
+  float scale_;
+  float* q_;
+};
 
 // Prefetches the rows of a split's first block (where the target can), which no
 // earlier block asked for.

@@ -54,6 +54,7 @@
 #include "rvvk/detail/aligned.h"
 #include "rvvk/detail/dispatch.h"
 #include "rvvk/detail/kv_cache.h"
+#include "rvvk/detail/rows.h"
 #include "rvvk/detail/vec.h"
 #include "rvvk/rvvk.h"
 
@@ -89,11 +90,7 @@ constexpr std::int64_t kMaxConvertedWords = std::int64_t{4} << 20;  // 16 MiB
 // dst[0, n) = src[0, n) * scale in fp32.
 template <class T>
 void convert_row(float* dst, const T* src, std::int64_t n, float scale) {
-  for (std::int64_t i = 0; i < n;) {
-    const std::size_t vl = FM::setvl(static_cast<std::size_t>(n - i));
-    FM::store(dst + i, FM::mul(FM::load(src + i, vl), scale, vl), vl);
-    i += static_cast<std::int64_t>(vl);
-  }
+  scale_row<FM>(dst, src, n, scale);
 }
 
 void fill_row(float* dst, std::int64_t n, float x) {

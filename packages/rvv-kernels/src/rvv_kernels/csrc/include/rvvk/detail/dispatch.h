@@ -13,25 +13,11 @@ struct TypeTag {
   using type = T;
 };
 
-// Calls fn(TypeTag<T>{}) with T the storage type of an activation dtype (fp32,
-// bf16, fp16); other dtypes are rejected by the callers' validation and do nothing.
-template <class Fn>
-void visit_activation(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kF32:
-      return fn(TypeTag<float>{});
-    case DType::kBF16:
-      return fn(TypeTag<bf16>{});
-    case DType::kF16:
-      return fn(TypeTag<f16>{});
-    default:
-      return;
-  }
-}
-
-// Calls fn(TypeTag<T>{}) with T the storage type of a KV-cache dtype (any DType).
-template <class Fn>
-void visit_cache(DType dtype, Fn&& fn) {
+// Calls fn(TypeTag<T>{}) with T the storage type of `dtype`: any DType when
+// kAnyDtype, else only the activation dtypes (fp32, bf16, fp16); the others are
+// rejected by the callers' validation, do nothing and do not instantiate fn.
+template <bool kAnyDtype, class Fn>
+void visit_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {
     case DType::kF32:
       return fn(TypeTag<float>{});
@@ -40,12 +26,27 @@ void visit_cache(DType dtype, Fn&& fn) {
     case DType::kF16:
       return fn(TypeTag<f16>{});
     case DType::kFP8E4M3:
-      return fn(TypeTag<fp8e4m3>{});
+      if constexpr (kAnyDtype) fn(TypeTag<fp8e4m3>{});
+      return;
     case DType::kFP8E5M2:
-      return fn(TypeTag<fp8e5m2>{});
+      if constexpr (kAnyDtype) fn(TypeTag<fp8e5m2>{});
+      return;
     case DType::kI8:
-      return fn(TypeTag<std::int8_t>{});
+      if constexpr (kAnyDtype) fn(TypeTag<std::int8_t>{});
+      return;
   }
+}
+
+// An activation's dtype (fp32, bf16, fp16).
+template <class Fn>
+void visit_activation(DType dtype, Fn&& fn) {
+  visit_dtype<false>(dtype, fn);
+}
+
+// A KV cache's dtype (any DType).
+template <class Fn>
+void visit_cache(DType dtype, Fn&& fn) {
+  visit_dtype<true>(dtype, fn);
 }
 
 }  // namespace rvvk::detail

@@ -48,10 +48,20 @@
 
 #if defined(__riscv_v_intrinsic)
 #include "rvvk/detail/vec_rvv.h"
-#elif defined(RVVK_VEC_AVX512)
+#else
+#if defined(RVVK_VEC_AVX512)
 #include "rvvk/detail/vec_avx512.h"
 #elif defined(RVVK_VEC_AVX2)
 #include "rvvk/detail/vec_avx2.h"
 #else
 #include "rvvk/detail/vec_portable.h"
+#endif
+
+namespace rvvk::RVVK_NS::vec {
+// Every layer but RVV's acts as a vector unit of a fixed VLEN (its kVlenBits)
+// without Zvfh.
+inline constexpr bool kIsRvv = false;
+inline constexpr bool kHasZvfh = false;
+inline std::size_t vlen_bits() { return kVlenBits; }
+}  // namespace rvvk::RVVK_NS::vec
 #endif

@@ -27,11 +27,8 @@
 
 namespace rvvk::RVVK_NS::vec {
 
-inline constexpr bool kIsRvv = false;
-inline constexpr bool kHasZvfh = false;
-inline constexpr std::size_t kAvx2VlenBits = 256;
-
-inline std::size_t vlen_bits() { return kAvx2VlenBits; }
+// VLEN of the vector unit this layer acts as (vec.h adds vlen_bits(), kIsRvv, kHasZvfh).
+inline constexpr std::size_t kVlenBits = 256;
 
 // LMUL of the extend kernel's matrix products (three accumulators and an operand
 // live at once, plus the three broadcast scalars): 2, since 16 ymm registers do

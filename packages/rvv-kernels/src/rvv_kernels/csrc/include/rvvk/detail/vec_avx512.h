@@ -26,11 +26,8 @@
 
 namespace rvvk::RVVK_NS::vec {
 
-inline constexpr bool kIsRvv = false;
-inline constexpr bool kHasZvfh = false;
-inline constexpr std::size_t kAvx512VlenBits = 512;
-
-inline std::size_t vlen_bits() { return kAvx512VlenBits; }
+// VLEN of the vector unit this layer acts as (vec.h adds vlen_bits(), kIsRvv, kHasZvfh).
+inline constexpr std::size_t kVlenBits = 512;
 
 // LMUL of the extend kernel's matrix products (three accumulators and an operand
 // live at once): 4 here, since 3 x 8 + 8 zmm would leave no register for the

@@ -1,6 +1,6 @@
 // Portable implementation of the vector layer (see vec.h for the contract).
 //
-// It emulates a vector unit with a fixed VLEN of kPortableVlenBits in plain C++:
+// It emulates a vector unit with a fixed VLEN of kVlenBits in plain C++:
 // vectors are small arrays, arithmetic runs over all lanes (tail agnostic, so
 // the compiler sees fixed trip counts and may auto-vectorise for the host),
 // loads and stores touch exactly `vl` elements. Compiled for riscv64 with
@@ -15,18 +15,15 @@
 
 namespace rvvk::RVVK_NS::vec {
 
-inline constexpr bool kIsRvv = false;
-inline constexpr bool kHasZvfh = false;
-inline constexpr std::size_t kPortableVlenBits = 256;
-
-inline std::size_t vlen_bits() { return kPortableVlenBits; }
+// VLEN of the vector unit this layer acts as (vec.h adds vlen_bits(), kIsRvv, kHasZvfh).
+inline constexpr std::size_t kVlenBits = 256;
 
 // LMUL of the extend kernel's matrix products (as on RVV).
 inline constexpr int kMatrixLmul = 8;
 
 template <int LMUL>
 struct F32 {
-  static constexpr std::size_t N = kPortableVlenBits / 32 * LMUL;
+  static constexpr std::size_t N = kVlenBits / 32 * LMUL;
   struct V {
     float x[N];
   };

@@ -198,28 +198,34 @@ struct F32 {
     const Mask nan = __riscv_vmfne(v, v, vl);
     return __riscv_vmerge(h, 0x7fc0, nan, vl);
   }
-  // fp16 by integer arithmetic, for CPUs without Zvfh(min).
-  static V widen_f16_int(H16 h, std::size_t vl) {
-    const U w = __riscv_vzext_vf2(h, vl);
-    const U sign = __riscv_vsll(__riscv_vand(w, 0x8000, vl), 16, vl);
-    const U em = __riscv_vand(w, 0x7fff, vl);
-    const U shifted = __riscv_vsll(em, 13, vl);
-    const V scaled = __riscv_vfmul(T::as_f(shifted), 0x1p112f, vl);
-    U bits = T::as_u(scaled);
-    const Mask infnan = __riscv_vmsgeu(em, 0x7c00, vl);
-    bits = __riscv_vmerge(bits, __riscv_vor(shifted, 0x7f800000, vl), infnan, vl);
-    return T::as_f(__riscv_vor(bits, sign, vl));
+  // A narrow float's bits w (sign at bit kSign, exponent and mantissa below it)
+  // as fp32: the magnitude shifted left by kShift (the mantissas' tops meet)
+  // times 2^(127 - bias) = scale, exact for normal and subnormal values; then
+  // special(bits, em, shifted) sets the inf / NaN codes (em: the magnitude
+  // bits, shifted: them shifted) and the sign goes on last.
+  template <unsigned kSign, unsigned kShift, class Special>
+  static V widen_narrow_float(U w, float scale, Special special, std::size_t vl) {
+    const U sign = __riscv_vsll(__riscv_vand(w, 1u << kSign, vl), 31 - kSign, vl);
+    const U em = __riscv_vand(w, (1u << kSign) - 1, vl);
+    const U shifted = __riscv_vsll(em, kShift, vl);
+    const V scaled = __riscv_vfmul(T::as_f(shifted), scale, vl);
+    return T::as_f(__riscv_vor(special(T::as_u(scaled), em, shifted), sign, vl));
   }
-  // fp8 e4m3 (fn): like widen_f16_int with a 2^120 scale; 0x7f is the NaN.
+  // fp16 by integer arithmetic, for CPUs without Zvfh(min): exponent 0x1f is
+  // inf / NaN (fp32's all-ones exponent over the shifted mantissa).
+  static V widen_f16_int(H16 h, std::size_t vl) {
+    auto special = [vl](U bits, U em, U shifted) {
+      const Mask infnan = __riscv_vmsgeu(em, 0x7c00, vl);
+      return __riscv_vmerge(bits, __riscv_vor(shifted, 0x7f800000, vl), infnan, vl);
+    };
+    return widen_narrow_float<15, 13>(__riscv_vzext_vf2(h, vl), 0x1p112f, special, vl);
+  }
+  // fp8 e4m3 (fn): a 2^120 scale, no infinities; 0x7f is the NaN.
   static V widen_e4m3(U8 b, std::size_t vl) {
-    const U w = __riscv_vzext_vf4(b, vl);
-    const U sign = __riscv_vsll(__riscv_vand(w, 0x80, vl), 24, vl);
-    const U em = __riscv_vand(w, 0x7f, vl);
-    const U shifted = __riscv_vsll(em, 20, vl);
-    const V scaled = __riscv_vfmul(T::as_f(shifted), 0x1p120f, vl);
-    U bits = T::as_u(scaled);
-    bits = __riscv_vmerge(bits, 0x7fc00000u, __riscv_vmseq(em, 0x7f, vl), vl);
-    return T::as_f(__riscv_vor(bits, sign, vl));
+    auto special = [vl](U bits, U em, U /*shifted*/) {
+      return __riscv_vmerge(bits, 0x7fc00000u, __riscv_vmseq(em, 0x7f, vl), vl);
+    };
+    return widen_narrow_float<7, 20>(__riscv_vzext_vf4(b, vl), 0x1p120f, special, vl);
   }
   static H16 narrow_f16_int(V v, std::size_t vl) {
     U u = T::as_u(v);

@@ -79,15 +79,11 @@ struct Scratch {};
 // heads scaled into fp32, the block's scores q.k, the accumulators += P.V, and
 // the output rows' order (natural here).
 template <class TQ, class TKV>
-class Products {
+class Products : protected ProductsBase {
  public:
   // heads: the task's query heads; q: the driver's fp32 q scratch (heads x dim).
   Products(const DecodeAttentionArgs& a, std::int64_t /*heads*/, float* q, Scratch& /*s*/)
-      : dim_(a.head_dim),
-        dim_v_(a.head_dim_v),
-        group_(a.num_heads / a.num_kv_heads),
-        scale_(a.sm_scale * a.cache.k_scale),
-        q_(q) {}
+      : ProductsBase(a, q) {}
 
   // Head g's q (src: dim elements) into the form the products read.
   void prepare_q(std::int64_t g, const TQ* src) { scale_q(q_ + g * dim_, src, dim_, scale_); }
@@ -112,11 +108,6 @@ class Products {
 
   // An output row (dim_v values, the accumulator's order) into natural order.
   void to_natural(float* /*out*/) const {}
-
- protected:
-  std::int64_t dim_, dim_v_, group_;
-  float scale_;
-  float* q_;
 };
 }  // namespace generic
 }  // namespace

@@ -81,19 +81,14 @@ RVVK_ALWAYS_INLINE inline void qk_chunk(__m256 (&acc)[NG][KS], const float* q, s
 // bf16 rows in pairs: a 256-bit load of 16 bf16 holds elements 2i (low half)
 // and 2i + 1 (high half) in 32-bit lane i, so the low elements are the lanes
 // shifted left by 16 and the high ones the lanes with the low half cleared:
-// 16 values in fp32 for one load and two simple instructions, against two
-// widening loads and two shifts. The fp32 operands on the other side (q for
-// q.k, the accumulators for P.V) are kept in the same order per 16 elements:
-// the even elements, then the odd ones (to_pairs / from_pairs).
+// 16 values in fp32 for one load and two simple instructions (the vector
+// layer's Reg::bf16_low / bf16_high), against two widening loads and two
+// shifts. The fp32 operands on the other side (q for q.k, the accumulators for
+// P.V) are kept in the same order per 16 elements: the even elements, then the
+// odd ones (to_pairs / from_pairs).
 template <class T>
 inline constexpr bool kPairs = std::is_same_v<T, bf16>;
-RVVK_ALWAYS_INLINE inline __m256 pairs_even(__m256i raw) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
-}
-RVVK_ALWAYS_INLINE inline __m256 pairs_odd(__m256i raw) {
-  return _mm256_castsi256_ps(
-      _mm256_and_si256(raw, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
-}
+using vec::avx2::Reg;
 RVVK_ALWAYS_INLINE inline __m256i load_pairs(const bf16* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
@@ -121,7 +116,7 @@ RVVK_ALWAYS_INLINE inline void qk_chunk_pairs(__m256 (&acc)[NG][KS], const float
       __m256 kv[KS];
       for (int s = 0; s < KS; ++s) {
         const __m256i raw = load_pairs(k[s] + d);
-        kv[s] = half == 0 ? pairs_even(raw) : pairs_odd(raw);
+        kv[s] = half == 0 ? Reg::bf16_low(raw) : Reg::bf16_high(raw);
       }
       for (int g = 0; g < NG; ++g) {
         __m256 qv = _mm256_loadu_ps(q + g * dim + d + 8 * half);
@@ -137,7 +132,7 @@ RVVK_ALWAYS_INLINE inline void qk_chunk_pairs(__m256 (&acc)[NG][KS], const float
     }
     for (int s = 0; s < KS; ++s) {
       const __m256i raw = load_pairs(k[s] + d);
-      const __m256 ke = pairs_even(raw), ko = pairs_odd(raw);
+      const __m256 ke = Reg::bf16_low(raw), ko = Reg::bf16_high(raw);
       for (int g = 0; g < NG; ++g) {
         acc[g][s] = _mm256_fmadd_ps(qe[g], ke, acc[g][s]);
         acc[g][s] = _mm256_fmadd_ps(qo[g], ko, acc[g][s]);
@@ -219,7 +214,7 @@ void pv_heads(float* acc, std::int64_t dim_v, const TV* const* vrows, std::int64
       for (std::int64_t j = 0; j < nb; ++j) {
         if constexpr (kPairs<TV>) {
           const __m256i raw = load_pairs(vrows[j] + i);
-          const __m256 v0 = pairs_even(raw), v1 = pairs_odd(raw);
+          const __m256 v0 = Reg::bf16_low(raw), v1 = Reg::bf16_high(raw);
           for (int g = 0; g < NG; ++g) {
             const __m256 pj = _mm256_set1_ps(p0[g * kBlock + j]);
             a0[g] = _mm256_fmadd_ps(pj, v0, a0[g]);
@@ -273,15 +268,10 @@ struct Scratch {
 // product for the next block's V rows spread over its passes: requests evenly
 // spread over the block, each well ahead of its use.
 template <class TQ, class TKV>
-class Products {
+class Products : ProductsBase {
  public:
   Products(const DecodeAttentionArgs& a, std::int64_t /*heads*/, float* q, Scratch& s)
-      : dim_(a.head_dim),
-        dim_v_(a.head_dim_v),
-        group_(a.num_heads / a.num_kv_heads),
-        scale_(a.sm_scale * a.cache.k_scale),
-        q_(q),
-        s_(s) {}
+      : ProductsBase(a, q), s_(s) {}
 
   void prepare_q(std::int64_t g, const TQ* src) {
     float* dst = q_ + g * dim_;
@@ -308,9 +298,6 @@ class Products {
   }
 
  private:
-  std::int64_t dim_, dim_v_, group_;
-  float scale_;
-  float* q_;
   Scratch& s_;
 };
 }  // namespace x86

@@ -98,21 +98,14 @@ void qk_block(const float* qf, std::int64_t dim, std::int64_t group, const TK* c
 }
 
 // bf16 rows in pairs: lane i of a 512-bit load of 32 bf16 holds elements 2i
-// (low half) and 2i + 1 (high half).
+// (low half: Reg::bf16_low) and 2i + 1 (high half: Reg::bf16_high).
 template <class T>
 inline constexpr bool kPairs = std::is_same_v<T, bf16>;
 template <class T>
 inline bool uses_pairs(std::int64_t n) {
   return kPairs<T> && n % 32 == 0;
 }
-RVVK_ALWAYS_INLINE inline __m512 pairs_even(__m512i raw) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
-}
-RVVK_ALWAYS_INLINE inline __m512 pairs_odd(__m512i raw) {
-  return _mm512_castsi512_ps(
-      _mm512_and_si512(raw, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
-}
-
+using vec::avx512::Reg;
 
 // acc[g] += sum_j p[g, j] * v_j for heads g0 <= g < g0 + NG, 32 dims at a time
 // (acc in pair order where uses_pairs<TV>(dim_v)).
@@ -133,7 +126,7 @@ void pv_heads(float* acc, std::int64_t dim_v, const TV* const* vrows, std::int64
         }
         for (std::int64_t j = 0; j < nb; ++j) {
           const __m512i raw = _mm512_loadu_si512(vrows[j] + i);
-          const __m512 v0 = pairs_even(raw), v1 = pairs_odd(raw);
+          const __m512 v0 = Reg::bf16_low(raw), v1 = Reg::bf16_high(raw);
           for (int g = 0; g < NG; ++g) {
             const __m512 pj = _mm512_set1_ps(p0[g * kBlock + j]);
             a0[g] = _mm512_fmadd_ps(pj, v0, a0[g]);
@@ -192,15 +185,10 @@ struct Scratch {
 // The driver's interface (see generic::Products). Dot: the bf16 dot products
 // of q.k (kAvailable, uses<TQ, TKV>(dim), qk_block(...)) or none.
 template <class Dot, class TQ, class TKV>
-class Products {
+class Products : ProductsBase {
  public:
   Products(const DecodeAttentionArgs& a, std::int64_t heads, float* q, Scratch& s)
-      : dim_(a.head_dim),
-        dim_v_(a.head_dim_v),
-        group_(a.num_heads / a.num_kv_heads),
-        scale_(a.sm_scale * a.cache.k_scale),
-        q_(q),
-        s_(s) {
+      : ProductsBase(a, q), s_(s) {
     // The bf16 dot products take q as it is (bf16) and scale the scores instead.
     if constexpr (Dot::kAvailable) dot_ = Dot::template uses<TQ, TKV>(dim_);
     if (dot_) s_.qb.resize(static_cast<std::size_t>(heads * dim_));
@@ -243,9 +231,6 @@ class Products {
   }
 
  private:
-  std::int64_t dim_, dim_v_, group_;
-  float scale_;
-  float* q_;
   Scratch& s_;
   bool dot_ = false;
 };

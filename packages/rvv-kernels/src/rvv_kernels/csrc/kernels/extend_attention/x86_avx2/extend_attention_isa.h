@@ -114,17 +114,27 @@ struct PvTile {
   }
 };
 
+// fn(c, i, n) for each tile: the whole chunks c of kLanes in [0, whole) by
+// the tiles [i, i + n) (n <= kTile) of `count` keys or query rows; each tile
+// first asks pf for its share of lines.
+template <class Fn>
+RVVK_ALWAYS_INLINE inline void each_tile(std::int64_t whole, std::int64_t count, Lines& pf,
+                                         Fn fn) {
+  pf.spread(whole / kLanes * ((count + kTile - 1) / kTile));
+  for (std::int64_t c = 0; c < whole; c += kLanes)
+    for (std::int64_t i = 0; i < count; i += kTile) {
+      pf.ask();
+      fn(c, i, static_cast<int>(std::min<std::int64_t>(kTile, count - i)));
+    }
+}
+
 // The whole chunks of query rows; returns where the rest starts.
 std::int64_t qk_block(const float* qt, std::int64_t nqr, std::int64_t ld, std::int64_t dim,
                       const float* kc, std::int64_t nb, float* s, Lines& pf) {
   const std::int64_t whole = nqr / kLanes * kLanes;
-  pf.spread(whole / kLanes * ((nb + kTile - 1) / kTile));
-  for (std::int64_t c = 0; c < whole; c += kLanes)
-    for (std::int64_t j = 0; j < nb; j += kTile) {
-      pf.ask();
-      const int n = static_cast<int>(std::min<std::int64_t>(kTile, nb - j));
-      by_count<QkTile>(n, qt + c, ld, dim, kc + j * dim, s + j * ld + c);
-    }
+  each_tile(whole, nb, pf, [&](std::int64_t c, std::int64_t j, int n) RVVK_ALWAYS_INLINE {
+    by_count<QkTile>(n, qt + c, ld, dim, kc + j * dim, s + j * ld + c);
+  });
   return whole;
 }
 
@@ -134,13 +144,9 @@ std::int64_t pv_block(float* o, std::int64_t dim_v, const float* alpha, const fl
                       std::int64_t nqr, std::int64_t ld, const float* vc, std::int64_t lv,
                       std::int64_t nb, Lines& pf) {
   const std::int64_t whole = dim_v / kLanes * kLanes;
-  pf.spread(whole / kLanes * ((nqr + kTile - 1) / kTile));
-  for (std::int64_t c = 0; c < whole; c += kLanes)
-    for (std::int64_t r = 0; r < nqr; r += kTile) {
-      pf.ask();
-      const int n = static_cast<int>(std::min<std::int64_t>(kTile, nqr - r));
-      by_count<PvTile>(n, o + r * dim_v + c, dim_v, alpha + r, p + r, ld, vc + c, lv, nb);
-    }
+  each_tile(whole, nqr, pf, [&](std::int64_t c, std::int64_t r, int n) RVVK_ALWAYS_INLINE {
+    by_count<PvTile>(n, o + r * dim_v + c, dim_v, alpha + r, p + r, ld, vc + c, lv, nb);
+  });
   return whole;
 }
 }  // namespace avx2

@@ -3,15 +3,7 @@
 // generic fp32 path.
 #pragma once
 
-#include "../generic/extend_attention_fp32.h"
+#include "../generic/extend_attention_fp32_products.h"
 #include "extend_attention_bf16mm_layout.h"
 #include "extend_attention_tiles_dpbf16.h"
 #include "extend_attention_bf16mm_task.h"
-
-namespace rvvk::RVVK_NS {
-namespace {
-
-using generic::pv_block;
-using generic::qk_block;
-}  // namespace
-}  // namespace rvvk::RVVK_NS

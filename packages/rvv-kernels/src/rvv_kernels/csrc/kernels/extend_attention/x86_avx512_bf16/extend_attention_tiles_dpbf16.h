@@ -22,6 +22,35 @@ RVVK_ALWAYS_INLINE inline __m512bh pair_at(const std::uint16_t* p) {
   return (__m512bh)_mm512_set1_epi32(x);
 }
 
+// acc[r] += a[r] . (B tiles t, t + 256 words) for the kRows rows of A at a
+// (rows `lda` apart, 32 bf16 each): one 32-deep step of both products.
+RVVK_ALWAYS_INLINE inline void tile_pair_step(__m512 (&acc)[kRows][2], const std::uint16_t* a,
+                                              std::int64_t lda, const std::uint32_t* t) {
+  for (int i = 0; i < 16; ++i) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(t + i * 16);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(t + 256 + i * 16);
+    for (int r = 0; r < kRows; ++r) {
+      const __m512bh ap = pair_at(a + r * lda + 2 * i);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], ap, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ap, b1);
+    }
+  }
+}
+
+// The kRows x 32 fp32 accumulators from / to rows `ld` apart at p.
+RVVK_ALWAYS_INLINE inline void load_acc(__m512 (&acc)[kRows][2], const float* p, std::int64_t ld) {
+  for (int r = 0; r < kRows; ++r) {
+    acc[r][0] = _mm512_loadu_ps(p + r * ld);
+    acc[r][1] = _mm512_loadu_ps(p + r * ld + 16);
+  }
+}
+RVVK_ALWAYS_INLINE inline void store_acc(const __m512 (&acc)[kRows][2], float* p, std::int64_t ld) {
+  for (int r = 0; r < kRows; ++r) {
+    _mm512_storeu_ps(p + r * ld, acc[r][0]);
+    _mm512_storeu_ps(p + r * ld + 16, acc[r][1]);
+  }
+}
+
 // s[qr][0, nk) = q[qr] . k for all nqr_pad rows.
 void qk_tiles(const std::uint16_t* q, std::int64_t nqr_pad, std::int64_t dim,
               const std::uint32_t* kb, std::int64_t nk, float* s) {
@@ -29,23 +58,9 @@ void qk_tiles(const std::uint16_t* q, std::int64_t nqr_pad, std::int64_t dim,
     for (std::int64_t g = 0; g < nk / 16; g += 2) {
       __m512 acc[kRows][2];
       for (auto& a : acc) a[0] = a[1] = _mm512_setzero_ps();
-      for (std::int64_t c = 0; c < dim / 32; ++c) {
-        const std::uint32_t* t0 = kb + (c * (kN / 16) + g) * 256;  // tiles (c, g), (c, g + 1)
-        const std::uint16_t* qc = q + r0 * dim + c * 32;
-        for (int i = 0; i < 16; ++i) {
-          const __m512bh k0 = (__m512bh)_mm512_loadu_si512(t0 + i * 16);
-          const __m512bh k1 = (__m512bh)_mm512_loadu_si512(t0 + 256 + i * 16);
-          for (int r = 0; r < kRows; ++r) {
-            const __m512bh qp = pair_at(qc + r * dim + 2 * i);
-            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], qp, k0);
-            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], qp, k1);
-          }
-        }
-      }
-      for (int r = 0; r < kRows; ++r) {
-        _mm512_storeu_ps(s + (r0 + r) * kN + g * 16, acc[r][0]);
-        _mm512_storeu_ps(s + (r0 + r) * kN + g * 16 + 16, acc[r][1]);
-      }
+      for (std::int64_t c = 0; c < dim / 32; ++c)  // tiles (c, g), (c, g + 1)
+        tile_pair_step(acc, q + r0 * dim + c * 32, dim, kb + (c * (kN / 16) + g) * 256);
+      store_acc(acc, s + r0 * kN + g * 16, kN);
     }
 }
 
@@ -56,27 +71,10 @@ void pv_tiles(const std::uint16_t* p, std::int64_t nqr_pad, const std::uint32_t*
   for (std::int64_t r0 = 0; r0 < nqr_pad; r0 += kRows)
     for (std::int64_t d = 0; d < ndv; d += 2) {
       __m512 acc[kRows][2];
-      for (int r = 0; r < kRows; ++r) {
-        acc[r][0] = _mm512_loadu_ps(o + (r0 + r) * dim_v + d * 16);
-        acc[r][1] = _mm512_loadu_ps(o + (r0 + r) * dim_v + d * 16 + 16);
-      }
-      for (std::int64_t kc = 0; kc < nk / 32; ++kc) {
-        const std::uint32_t* t0 = vb + (kc * ndv + d) * 256;  // tiles (kc, d), (kc, d + 1)
-        const std::uint16_t* pr = p + r0 * kN + kc * 32;
-        for (int i = 0; i < 16; ++i) {
-          const __m512bh v0 = (__m512bh)_mm512_loadu_si512(t0 + i * 16);
-          const __m512bh v1 = (__m512bh)_mm512_loadu_si512(t0 + 256 + i * 16);
-          for (int r = 0; r < kRows; ++r) {
-            const __m512bh pp = pair_at(pr + r * kN + 2 * i);
-            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], pp, v0);
-            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], pp, v1);
-          }
-        }
-      }
-      for (int r = 0; r < kRows; ++r) {
-        _mm512_storeu_ps(o + (r0 + r) * dim_v + d * 16, acc[r][0]);
-        _mm512_storeu_ps(o + (r0 + r) * dim_v + d * 16 + 16, acc[r][1]);
-      }
+      load_acc(acc, o + r0 * dim_v + d * 16, dim_v);
+      for (std::int64_t kc = 0; kc < nk / 32; ++kc)  // tiles (kc, d), (kc, d + 1)
+        tile_pair_step(acc, p + r0 * kN + kc * 32, kN, vb + (kc * ndv + d) * 256);
+      store_acc(acc, o + r0 * dim_v + d * 16, dim_v);
     }
 }
 }  // namespace bf16mm
