@@ -65,10 +65,10 @@ def mask(q_pos: Tensor, keys: int, causal: bool, window: int | None) -> Tensor:
 
 
 class Options(TypedDict, total=False):
-    """The keyword arguments of :func:`attention` and :func:`p_rounding_slack` (passed on
-    to :func:`probabilities`): sm_scale (required), causal (default True), window (SGLang's
-    W; None: none), logit_cap (0: none), sinks [Hq] (None: none), allowed [M, L] (bool: a
-    further mask, e.g. padding; None: none)."""
+    """The keyword arguments of :func:`probabilities`, :func:`attention` and
+    :func:`p_rounding_slack`: sm_scale (required), causal (default True), window (SGLang's
+    W; default None: none), logit_cap (default 0: none), sinks [Hq] (default None: none),
+    allowed [M, L] (bool: a further mask, e.g. padding; default None: none)."""
 
     sm_scale: Required[float]
     causal: bool
@@ -78,21 +78,13 @@ class Options(TypedDict, total=False):
     allowed: Tensor | None
 
 
-def probabilities(
-    q: Tensor,
-    k: Tensor,
-    q_pos: Tensor,
-    *,
-    sm_scale: float,
-    causal: bool = True,
-    window: int | None = None,
-    logit_cap: float = 0.0,
-    sinks: Tensor | None = None,
-    allowed: Tensor | None = None,
-) -> Tensor:
+def probabilities(q: Tensor, k: Tensor, q_pos: Tensor, **options: Unpack[Options]) -> Tensor:
     """fp64 softmax weights [Hq, M, L] of q [M, Hq, D] over k [L, Hkv, D] (scaled, capped,
-    masked, the sinks in the denominator); rows that see no key are zeros. `allowed`
-    [M, L] (bool): a further mask (padding), ANDed in."""
+    masked, the sinks in the denominator); rows that see no key are zeros. `options`: see
+    :class:`Options` (`allowed` is ANDed into the mask)."""
+    sm_scale = options["sm_scale"]
+    logit_cap = options.get("logit_cap", 0.0)
+    sinks, allowed = options.get("sinks"), options.get("allowed")
     hq, hkv = q.shape[1], k.shape[1]
     # GQA without repeating K: query head h = g * group + j reads KV head g; qh is
     # [Hkv, group * M, D]
@@ -101,7 +93,7 @@ def probabilities(
     scores = (qh @ kh.transpose(1, 2)).view(hq, q.shape[0], k.shape[0]) * sm_scale
     if logit_cap > 0.0:
         scores = logit_cap * torch.tanh(scores / logit_cap)
-    seen = mask(q_pos, k.shape[0], causal, window)
+    seen = mask(q_pos, k.shape[0], options.get("causal", True), options.get("window"))
     if allowed is not None:
         seen &= allowed
     scores = scores.masked_fill(~seen, -math.inf)

@@ -1,13 +1,11 @@
-"""rvv-attention's ``decode`` / ``extend`` against the fp64 reference over the case matrix,
-over the layered sample of the case matrix (conformance.cases.layered_sample), once on its
+"""rvv-attention's ``decode`` / ``extend`` against the fp64 reference over the layered
+sample of the case matrix (conformance.cases.layered_sample), once on its
 kernel path (``RVV_ATTENTION_IMPL=kernel``: the rvv-ops kernels; a silent
 fallback would raise instead) and once on its fallback path (``=fallback``: the
 torch-native implementation in ``_fallback.py``): outputs, cache contents after the call
 (bit for bit), rows of no request left alone; the two paths against each other to one
-output rounding; cross-attention (fallback only) and the auto mode's fallback.
-
-Run by ``nox -s attention-tests`` natively and by tools/ops_riscv.py under QEMU (the quick
-subset, see conformance.cases).
+output rounding; cross-attention (fallback only) and the auto mode's fallback (how the
+file is run: see the package docstring).
 """
 
 from __future__ import annotations

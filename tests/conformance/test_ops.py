@@ -1,10 +1,7 @@
 """The rvv-ops ops (torch.ops.sgl_kernel.decode_attention_cpu / extend_attention_cpu and
 their _int8_ variants) against the fp64 reference over the case matrix: outputs, and what
 the ops leave in the caches (bit for bit), plus SGLang's calling conventions and the typed
-wrappers of the public ``rvv_ops`` API.
-
-Run by ``nox -s ops-tests`` natively and by tools/ops_riscv.py under QEMU (the quick
-subset, see conformance.cases).
+wrappers of the public ``rvv_ops`` API (how the file is run: see the package docstring).
 """
 
 from __future__ import annotations
