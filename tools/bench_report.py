@@ -23,6 +23,7 @@ import datetime
 import importlib
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,27 +75,43 @@ def _run_line(record: dict[str, Any]) -> list[str]:
     return [f"Run {record['date_utc']}, checkout `{record.get('git', '?')}`.", ""]
 
 
+def _grouped_bars(
+    series: list[Any], slots: list[Any], value: Callable[[Any, Any], Any]
+) -> tuple[float, list[float], list[tuple[Any, list[float], list[Any]]]]:
+    """A grouped bar chart's geometry: the bars of slot i at i, i + width, ... (one per
+    series, width 0.8 / len(series)); ``value(series, slot)`` is a bar's height, None for
+    no bar. Returns the width, each slot's tick (its group's centre) and, per series,
+    (series, positions, heights)."""
+    width = 0.8 / len(series)
+    bars = []
+    for j, name in enumerate(series):
+        found = [(i + j * width, value(name, slot)) for i, slot in enumerate(slots)]
+        kept = [(x, y) for x, y in found if y is not None]
+        bars.append((name, [x for x, _ in kept], [y for _, y in kept]))
+    ticks = [i + width * (len(series) - 1) / 2 for i in range(len(slots))]
+    return width, ticks, bars
+
+
+def _field(records: list[dict[str, Any]], key: str, **match: Any) -> Any:
+    """``key`` of the first record whose fields equal ``match``, None if there is none."""
+    rec = next((r for r in records if all(r[k] == v for k, v in match.items())), None)
+    return None if rec is None else rec[key]
+
+
 # ------------------------------------------------------------------------------ kernels
 
 
-def kernels_section(plt: Any, records: list[dict[str, Any]] | None, img: Path) -> list[str]:
-    out = ["## 1. Kernels: instructions under QEMU, RVV vs scalar (`nox -s bench-kernels`)", ""]
-    if not records:
-        out += ["`build/bench/kernels.json` was not present: not run.", ""]
-        return out
+def kernels_section(plt: Any, records: list[dict[str, Any]], img: Path) -> list[str]:
+    out: list[str] = []
     cases = sorted({r["case"] for r in records})
     vlens = sorted({r["vlen"] for r in records})
     fig, ax = plt.subplots(figsize=(9, 0.5 * len(cases) + 2))
-    height = 0.8 / len(vlens)
-    for j, vlen in enumerate(vlens):
-        ys, xs = [], []
-        for i, case in enumerate(cases):
-            rec = next((r for r in records if r["case"] == case and r["vlen"] == vlen), None)
-            if rec is not None:
-                ys.append(i + j * height)
-                xs.append(rec["ratio"])
+    height, ticks, bars = _grouped_bars(
+        vlens, cases, lambda vlen, case: _field(records, "ratio", case=case, vlen=vlen)
+    )
+    for vlen, ys, xs in bars:
         ax.barh(ys, xs, height=height, label=f"VLEN {vlen}")
-    ax.set_yticks([i + height * (len(vlens) - 1) / 2 for i in range(len(cases))])
+    ax.set_yticks(ticks)
     ax.set_yticklabels(cases, fontsize=8)
     ax.set_xscale("log")
     _plain_log(plt, ax.xaxis)
@@ -130,24 +147,17 @@ def kernels_section(plt: Any, records: list[dict[str, Any]] | None, img: Path) -
 # ------------------------------------------------------------------------------ e2e
 
 
-def e2e_section(plt: Any, records: list[dict[str, Any]] | None, img: Path) -> list[str]:
-    out = ["## 2. A decode step on emulated RISC-V (`nox -s bench-e2e-riscv`)", ""]
-    if not records:
-        out += ["`build/bench/e2e_riscv.json` was not present: not run yet.", ""]
-        return out
+def e2e_section(plt: Any, records: list[dict[str, Any]], img: Path) -> list[str]:
+    out: list[str] = []
     modes = sorted({r["mode"] for r in records})
     vlens = sorted({r["vlen"] for r in records})
     fig, ax = plt.subplots(figsize=(8, 4))
-    width = 0.8 / len(modes)
-    for j, mode in enumerate(modes):
-        xs, ys = [], []
-        for i, vlen in enumerate(vlens):
-            rec = next((r for r in records if r["mode"] == mode and r["vlen"] == vlen), None)
-            if rec is not None:
-                xs.append(i + j * width)
-                ys.append(rec["insns_per_token"])
+    width, ticks, bars = _grouped_bars(
+        modes, vlens, lambda mode, vlen: _field(records, "insns_per_token", mode=mode, vlen=vlen)
+    )
+    for mode, xs, ys in bars:
         ax.bar(xs, ys, width=width, label=mode)
-    ax.set_xticks([i + width * (len(modes) - 1) / 2 for i in range(len(vlens))])
+    ax.set_xticks(ticks)
     ax.set_xticklabels([f"VLEN {v}" for v in vlens])
     ax.set_yscale("log")
     ax.set_ylabel("instructions per decoded token (log)")
@@ -202,11 +212,8 @@ def e2e_section(plt: Any, records: list[dict[str, Any]] | None, img: Path) -> li
 # ------------------------------------------------------------------------------ x86
 
 
-def x86_section(plt: Any, data: dict[str, Any] | None, img: Path) -> list[str]:
-    out = ["## 3. Attention side by side on the x86 machine (`nox -s bench-x86`)", ""]
-    if not data:
-        out += ["`build/bench/x86.json` was not present: not run.", ""]
-        return out
+def x86_section(plt: Any, data: dict[str, Any], img: Path) -> list[str]:
+    out: list[str] = []
     every: list[dict[str, Any]] = data["records"]
     for r in every:
         r.setdefault("layout", "random")  # runs before layouts were recorded
@@ -218,25 +225,17 @@ def x86_section(plt: Any, data: dict[str, Any] | None, img: Path) -> list[str]:
     fig, axes = plt.subplots(1, len(ops), figsize=(6 * len(ops), 4.5), squeeze=False)
     for ax, op in zip(axes[0], ops, strict=True):
         keys = sorted({(r["batch"], r["context"]) for r in records if r["op"] == op})
-        impls = ["rvv_fallback", "rvv_kernel"]
-        width = 0.8 / len(impls)
-        for j, impl in enumerate(impls):
-            xs, ys = [], []
-            for i, (b, c) in enumerate(keys):
-                rec = next(
-                    (
-                        r
-                        for r in records
-                        if (r["op"], r["batch"], r["context"], r["impl"]) == (op, b, c, impl)
-                    ),
-                    None,
-                )
-                if rec is not None:
-                    xs.append(i + j * width)
-                    ys.append(rec["ratio_vs_torch_native"])
+
+        def speedup(impl: str, key: tuple[int, int], op: str = op) -> Any:
+            batch, context = key
+            match = {"op": op, "batch": batch, "context": context, "impl": impl}
+            return _field(records, "ratio_vs_torch_native", **match)
+
+        width, ticks, bars = _grouped_bars(["rvv_fallback", "rvv_kernel"], keys, speedup)
+        for impl, xs, ys in bars:
             ax.bar(xs, ys, width=width, label=IMPL_LABEL[impl])
         ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xticks([i + width * (len(impls) - 1) / 2 for i in range(len(keys))])
+        ax.set_xticks(ticks)
         ax.set_xticklabels([f"B{b}\nC{c}" for b, c in keys], fontsize=8)
         ax.set_yscale("log")
         lo, hi = ax.get_ylim()
@@ -443,14 +442,16 @@ KEPT = "_Kept from an earlier report:"
 
 def _section(
     number: str,
+    title: str,
     name: str,
     old: dict[str, list[str]],
     make: Any,
     plt: Any,
-    data: dict[str, Any] | None,
+    data: Any,
     img: Path,
 ) -> list[str]:
-    """Section `number` from `data`, else the earlier report's, else make's 'not run'."""
+    """Section `number` from `data` (made by `make`), else the earlier report's, else a
+    line saying `build/bench/<name>` was not present."""
     if data is None and number in old:
         body = old[number]
         note = f"{KEPT} this report's run had no `build/bench/{name}`._"
@@ -458,8 +459,22 @@ def _section(
         while rest and not rest[0].strip():  # the blank lines the last keeping put there
             rest = rest[1:]
         return [body[0], "", note, "", *rest]
+    head = [f"## {number} {title}", ""]
+    if not data:
+        return [*head, f"`build/bench/{name}` was not present: not run.", ""]
     lines: list[str] = make(plt, data, img)
-    return lines
+    return head + lines
+
+
+SECTIONS: tuple[tuple[str, str, str, Callable[[Any, Any, Path], list[str]]], ...] = (
+    ("1.", "Kernels: instructions under QEMU, RVV vs scalar (`nox -s bench-kernels`)",
+     "kernels.json", kernels_section),
+    ("2.", "A decode step on emulated RISC-V (`nox -s bench-e2e-riscv`)",
+     "e2e_riscv.json", e2e_section),
+    ("3.", "Attention side by side on the x86 machine (`nox -s bench-x86`)",
+     "x86.json", x86_section),
+)  # fmt: skip
+"""(number, title, JSON file under build/bench/, the function that renders its data)."""
 
 
 def render(bench_dir: Path, docs: Path) -> str:
@@ -476,12 +491,8 @@ def render(bench_dir: Path, docs: Path) -> str:
         "Earlier runs, and what was tried and not kept: [performance-log.md](performance-log.md).",
         "",
     ]
-    for number, name, make in (
-        ("1.", "kernels.json", kernels_section),
-        ("2.", "e2e_riscv.json", e2e_section),
-        ("3.", "x86.json", x86_section),
-    ):
-        lines += _section(number, name, old, make, plt, _load(bench_dir / name), img)
+    for number, title, name, make in SECTIONS:
+        lines += _section(number, title, name, old, make, plt, _load(bench_dir / name), img)
     lines += PROXIES.splitlines()
     return "\n".join(lines).rstrip() + "\n"
 

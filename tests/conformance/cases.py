@@ -28,9 +28,9 @@ from __future__ import annotations
 import math
 import os
 import platform
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, NamedTuple, Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -78,18 +78,30 @@ def layered_sample(names: dict[str, Any], grid: frozenset[str]) -> list[str]:
     return [n for n, c in names.items() if n not in grid or c.quick]
 
 
-@dataclass
-class OpRun:
-    """A batch for one rvv-ops attention op: its arguments keyed by the op schema's names."""
+class Case(Protocol):
+    """What a batch's case tells :class:`OpRun`: its op and its cache kind."""
 
     OP: ClassVar[str]  # torch.ops.sgl_kernel.<OP>_cpu, or <OP>_int8_cpu for an int8 cache
-    case: Any
+
+    @property
+    def cache(self) -> str: ...
+
+
+CaseT = TypeVar("CaseT", bound=Case)
+
+
+@dataclass
+class OpRun(Generic[CaseT]):
+    """A batch for one rvv-ops attention op: its arguments keyed by the op schema's names."""
+
+    case: CaseT
     pool: KvPool
     args: dict[str, Any]
 
     @property
     def op(self) -> Any:
-        name = f"{self.OP}_int8_cpu" if self.case.cache == "int8" else f"{self.OP}_cpu"
+        base = self.case.OP
+        name = f"{base}_int8_cpu" if self.case.cache == "int8" else f"{base}_cpu"
         return getattr(torch.ops.sgl_kernel, name).default
 
     def call(self) -> None:
@@ -98,12 +110,58 @@ class OpRun:
         op(*[self.args[a.name] for a in op._schema.arguments])
 
 
+def _pool(g: torch.Generator, lens: tuple[int, ...], case: Any) -> KvPool:
+    """make_pool for requests of `lens` tokens in a case's KV heads, dims, dtype, table,
+    cache kind and MLA layout."""
+    return make_pool(
+        g, lens, kv_heads=case.heads[1], dims=case.dims, dtype=case.dtype, cache=case.cache,
+        table=case.table, mla=case.mla,
+    )  # fmt: skip
+
+
+def _shared_args(
+    g: torch.Generator, pool: KvPool, case: Any, lens: tuple[int, ...]
+) -> dict[str, Any]:
+    """The arguments decode and extend share (the ops' schema names), for requests of
+    `lens` tokens; the sinks drawn from `g`."""
+    sinks = None if case.sinks is None else randn(g, case.heads[0], dtype=case.sinks, scale=2.0)
+    return {
+        "k_scale": pool.k_scale,
+        "v_scale": pool.v_scale,
+        "k_scale_buf": pool.k_scales,
+        "v_scale_buf": pool.v_scales,
+        "req_to_token": pool.req_to_token,
+        "req_pool_indices": pool.req_pool_indices,
+        "seq_lens": torch.tensor(lens, dtype=torch.int64),
+        "sm_scale": 1.0 / math.sqrt(case.dims[0]),
+        "logit_cap": case.logit_cap,
+        "is_cross_attention": False,
+        "sliding_window_size": case.window,
+        "encoder_lens": None,
+        "sinks": sinks,
+    }
+
+
+C = TypeVar("C")
+
+
+def _matrix(
+    grid: dict[str, C], features: dict[str, C], small: dict[str, C]
+) -> tuple[dict[str, C], frozenset[str], frozenset[str]]:
+    """All cases (the grid's, the feature cases, the small ones, in that order), the names
+    of the grid and of the small cases."""
+    names = [*grid, *features, *small]
+    assert len(set(names)) == len(names), "a case name stands twice"
+    return {**grid, **features, **small}, frozenset(grid), frozenset(small)
+
+
 # --------------------------------------------------------------------------------------
 # Decode
 
 
 @dataclass(frozen=True)
 class DecodeCase:
+    OP: ClassVar[str] = "decode_attention"
     lens: tuple[int, ...]  # seq_lens (counting the new token); 0: an empty request
     heads: tuple[int, int] = (4, 2)  # (Hq, Hkv)
     dims: tuple[int, int] = (64, 64)  # (D, Dv)
@@ -162,7 +220,7 @@ def _grid() -> Iterator[tuple[str, int, dict[str, Any]]]:
 def decode_cases() -> tuple[dict[str, DecodeCase], frozenset[str], frozenset[str]]:
     """The decode cases, the names of the shape x dtype x cache grid, and of the small
     cases (tiny and odd shapes, every feature on small batches)."""
-    cases: dict[str, DecodeCase] = {}
+    grid: dict[str, DecodeCase] = {}
     # every head size x GQA shape x dtype, the context lengths mixed in one batch; every
     # fp8 / int8 cache kind x dtype
     for name, n, fields in _grid():
@@ -173,92 +231,78 @@ def decode_cases() -> tuple[dict[str, DecodeCase], frozenset[str], frozenset[str
         else:
             lens = QUICK_LENS if fields["quick"] else LENS[n % 3 :] + LENS[: n % 3]
             write = n % 4 != 3
-        cases[name] = DecodeCase(lens=lens, write=write, **fields)
-    grid = frozenset(cases)
+        grid[name] = DecodeCase(lens=lens, write=write, **fields)
     base = DecodeCase(lens=(1, 2, 17, 256, 257, 300), heads=(8, 2), dims=(80, 80))
-    cases.update(
-        {
-            "window 1": replace(base, window=1, quick=True),
-            "window 2": replace(base, window=2),
-            "window 17": replace(base, window=17, dtype=F16),
-            "window 300": replace(base, window=300),
-            "window fp8": replace(base, window=40, cache="e4m3"),
-            "window int8": replace(base, window=40, cache="int8", quick=True),
-            "cap 30": replace(base, logit_cap=30.0),
-            "cap 2": replace(base, logit_cap=2.0, dtype=F32, quick=True),
-            "sinks fp32": replace(base, sinks=F32, quick=True),
-            "sinks bf16": replace(base, sinks=BF16, dtype=F16),
-            "cap window sinks int8": replace(
-                base, logit_cap=5.0, window=100, sinks=F32, cache="int8"
-            ),
-            "splits 1": replace(base, splits=1, quick=True),
-            "splits 3": replace(base, splits=3),
-            "splits 64": replace(base, splits=64),
-            "batch 8 of length 1": replace(base, lens=(1,) * 8, quick=True),
-            "batch 1": replace(base, lens=(1000,)),
-            "4097": replace(base, lens=(4097, 3), heads=(12, 2), dims=(128, 128)),
-            "MLA 576/512": DecodeCase(
-                lens=(1, 17, 257), heads=(8, 1), dims=(576, 512), mla=True, quick=True
-            ),
-            "MLA fp8": DecodeCase(
-                lens=(2, 100), heads=(4, 1), dims=(576, 512), mla=True, cache="e5m2"
-            ),
-            "D != Dv": DecodeCase(lens=(5, 70), heads=(6, 3), dims=(96, 64), cache="int8"),
-        }
-    )
+    features: dict[str, DecodeCase] = {
+        "window 1": replace(base, window=1, quick=True),
+        "window 2": replace(base, window=2),
+        "window 17": replace(base, window=17, dtype=F16),
+        "window 300": replace(base, window=300),
+        "window fp8": replace(base, window=40, cache="e4m3"),
+        "window int8": replace(base, window=40, cache="int8", quick=True),
+        "cap 30": replace(base, logit_cap=30.0),
+        "cap 2": replace(base, logit_cap=2.0, dtype=F32, quick=True),
+        "sinks fp32": replace(base, sinks=F32, quick=True),
+        "sinks bf16": replace(base, sinks=BF16, dtype=F16),
+        "cap window sinks int8": replace(base, logit_cap=5.0, window=100, sinks=F32, cache="int8"),
+        "splits 1": replace(base, splits=1, quick=True),
+        "splits 3": replace(base, splits=3),
+        "splits 64": replace(base, splits=64),
+        "batch 8 of length 1": replace(base, lens=(1,) * 8, quick=True),
+        "batch 1": replace(base, lens=(1000,)),
+        "4097": replace(base, lens=(4097, 3), heads=(12, 2), dims=(128, 128)),
+        "MLA 576/512": DecodeCase(
+            lens=(1, 17, 257), heads=(8, 1), dims=(576, 512), mla=True, quick=True
+        ),
+        "MLA fp8": DecodeCase(lens=(2, 100), heads=(4, 1), dims=(576, 512), mla=True, cache="e5m2"),
+        "D != Dv": DecodeCase(lens=(5, 70), heads=(6, 3), dims=(96, 64), cache="int8"),
+    }
     # small and odd shapes, empty requests, every feature on fp32 (all quick: cheap)
     small = DecodeCase(lens=(5, 1, 13), dims=(16, 16), dtype=F32, table=torch.int64, quick=True)
-    before_small = frozenset(cases)
-    cases.update(
-        {
-            "small": small,
-            "small no write": replace(small, write=False, lens=(4, 0, 9)),
-            "empty and one": replace(small, write=False, lens=(0, 1, 0)),
-            "odd dims 17/9 hq7-hkv1": replace(small, heads=(7, 1), dims=(17, 9), lens=(3, 30)),
-            "hq6-hkv2 D24": replace(small, heads=(6, 2), dims=(24, 24), lens=(2, 65, 1)),
-            "hq6-hkv3 D40 bf16": replace(
-                small, dtype=BF16, heads=(6, 3), dims=(40, 40), lens=(7, 70)
-            ),
-            "mha D8 fp16": replace(small, dtype=F16, heads=(3, 3), dims=(8, 8), lens=(1, 2, 3, 4)),
-            "D1": replace(small, heads=(2, 1), dims=(1, 1), lens=(6,)),
-            "small window 1": replace(small, window=1, lens=(5, 1, 20)),
-            "small window 4 bf16": replace(small, dtype=BF16, window=4, lens=(2, 9, 33)),
-            "window longer than seq": replace(small, window=101, lens=(5, 12)),
-            "small cap 0.8": replace(small, logit_cap=0.8, lens=(9, 31)),
-            "small sinks": replace(small, sinks=F32, heads=(6, 2), lens=(1, 18)),
-            "sinks empty": replace(small, sinks=F32, write=False, lens=(0, 5)),
-            "window cap sinks fp16": replace(
-                small, dtype=F16, window=5, logit_cap=2.0, sinks=F32, lens=(3, 11)
-            ),
-            "int32 table": replace(small, table=torch.int32, lens=(4, 8)),
-            "small e4m3": replace(small, cache="e4m3", lens=(6, 17)),
-            "small e5m2 bf16": replace(small, dtype=BF16, cache="e5m2", lens=(3, 25)),
-            "e4m3 no write window": replace(small, cache="e4m3", write=False, window=3, lens=(8,)),
-            "small int8": replace(small, cache="int8", lens=(5, 1, 40)),
-            "int8 bf16 hq7 33/20": replace(
-                small, dtype=BF16, cache="int8", heads=(7, 1), dims=(33, 20), lens=(2, 19)
-            ),
-            "int8 no write sinks": replace(small, cache="int8", write=False, sinks=F32, lens=(4,)),
-            "MLA 24/16 no write": replace(
-                small, heads=(4, 1), dims=(24, 16), mla=True, write=False, lens=(7, 3)
-            ),
-            "long context D32": replace(
-                small, heads=(4, 1), dims=(32, 32), lens=(300, 129), quick=False
-            ),
-        }
-    )
-    return cases, grid, frozenset(cases) - before_small
+    small_cases: dict[str, DecodeCase] = {
+        "small": small,
+        "small no write": replace(small, write=False, lens=(4, 0, 9)),
+        "empty and one": replace(small, write=False, lens=(0, 1, 0)),
+        "odd dims 17/9 hq7-hkv1": replace(small, heads=(7, 1), dims=(17, 9), lens=(3, 30)),
+        "hq6-hkv2 D24": replace(small, heads=(6, 2), dims=(24, 24), lens=(2, 65, 1)),
+        "hq6-hkv3 D40 bf16": replace(small, dtype=BF16, heads=(6, 3), dims=(40, 40), lens=(7, 70)),
+        "mha D8 fp16": replace(small, dtype=F16, heads=(3, 3), dims=(8, 8), lens=(1, 2, 3, 4)),
+        "D1": replace(small, heads=(2, 1), dims=(1, 1), lens=(6,)),
+        "small window 1": replace(small, window=1, lens=(5, 1, 20)),
+        "small window 4 bf16": replace(small, dtype=BF16, window=4, lens=(2, 9, 33)),
+        "window longer than seq": replace(small, window=101, lens=(5, 12)),
+        "small cap 0.8": replace(small, logit_cap=0.8, lens=(9, 31)),
+        "small sinks": replace(small, sinks=F32, heads=(6, 2), lens=(1, 18)),
+        "sinks empty": replace(small, sinks=F32, write=False, lens=(0, 5)),
+        "window cap sinks fp16": replace(
+            small, dtype=F16, window=5, logit_cap=2.0, sinks=F32, lens=(3, 11)
+        ),
+        "int32 table": replace(small, table=torch.int32, lens=(4, 8)),
+        "small e4m3": replace(small, cache="e4m3", lens=(6, 17)),
+        "small e5m2 bf16": replace(small, dtype=BF16, cache="e5m2", lens=(3, 25)),
+        "e4m3 no write window": replace(small, cache="e4m3", write=False, window=3, lens=(8,)),
+        "small int8": replace(small, cache="int8", lens=(5, 1, 40)),
+        "int8 bf16 hq7 33/20": replace(
+            small, dtype=BF16, cache="int8", heads=(7, 1), dims=(33, 20), lens=(2, 19)
+        ),
+        "int8 no write sinks": replace(small, cache="int8", write=False, sinks=F32, lens=(4,)),
+        "MLA 24/16 no write": replace(
+            small, heads=(4, 1), dims=(24, 16), mla=True, write=False, lens=(7, 3)
+        ),
+        "long context D32": replace(
+            small, heads=(4, 1), dims=(32, 32), lens=(300, 129), quick=False
+        ),
+    }
+    return _matrix(grid, features, small_cases)
 
 
 DECODE_CASES, DECODE_GRID, DECODE_SMALL = decode_cases()
 
 
 @dataclass
-class DecodeRun(OpRun):
+class DecodeRun(OpRun[DecodeCase]):
     """A decode batch: the ops' arguments (schema names) and what the reference needs."""
 
-    OP = "decode_attention"
-    case: DecodeCase
     key: Tensor | None = None
     value: Tensor | None = None
 
@@ -268,16 +312,7 @@ def make_decode(case: DecodeCase, seed: int = 0) -> DecodeRun:
     hq, hkv = case.heads
     dim, dim_v = case.dims
     batch = len(case.lens)
-    pool = make_pool(
-        g,
-        case.lens,
-        kv_heads=hkv,
-        dims=case.dims,
-        dtype=case.dtype,
-        cache=case.cache,
-        table=case.table,
-        mla=case.mla,
-    )
+    pool = _pool(g, case.lens, case)
     q_scale = 3.0 if case.logit_cap else 1.0
     key = value = None
     if case.mla:
@@ -303,49 +338,41 @@ def make_decode(case: DecodeCase, seed: int = 0) -> DecodeRun:
     loc = torch.stack(
         [pool.rows(b, n - 1, n)[0] if n else spare[0] for b, n in enumerate(case.lens)]
     )
-    sinks = None if case.sinks is None else randn(g, hq, dtype=case.sinks, scale=2.0)
     args: dict[str, Any] = {
         "query": query,
         "k_cache": pool.k,
         "v_cache": pool.v,
-        "k_scale": pool.k_scale,
-        "v_scale": pool.v_scale,
-        "k_scale_buf": pool.k_scales,
-        "v_scale_buf": pool.v_scales,
         # NaN: every element the implementation should write must be written
         "output": torch.full((batch, hq, dim_v), math.nan, dtype=case.dtype),
         "key": key,
         "value": value,
         "loc": loc,
         "attn_logits": torch.full((batch, hq, case.splits, dim_v + 1), math.nan),
-        "req_to_token": pool.req_to_token,
-        "req_pool_indices": pool.req_pool_indices,
-        "seq_lens": torch.tensor(case.lens, dtype=torch.int64),
-        "sm_scale": 1.0 / math.sqrt(dim),
-        "logit_cap": case.logit_cap,
-        "is_cross_attention": False,
-        "sliding_window_size": case.window,
-        "encoder_lens": None,
-        "sinks": sinks,
+        **_shared_args(g, pool, case, case.lens),
     }
     return DecodeRun(case, pool, args, key, value)
 
 
 def expected_decode_cache(run: DecodeRun) -> dict[str, Tensor]:
     """The caches (and int8 scales) after the write of key / value at loc."""
+    if run.key is None or run.value is None:
+        return run.pool.snapshot()
+    return _written(run, run.args["loc"], run.key, run.value)
+
+
+def _written(run: OpRun[Any], loc: Tensor, k: Tensor, v: Tensor) -> dict[str, Tensor]:
+    """The pool's caches (and int8 scales) with k / v written at rows loc, as the cache
+    kind stores them."""
     pool, case = run.pool, run.case
     out = pool.snapshot()
-    if run.key is None or run.value is None:
-        return out
-    loc = run.args["loc"]
     if case.cache == "int8":
-        qk, sk = quantize_int8(run.key)
-        qv, sv = quantize_int8(run.value)
+        qk, sk = quantize_int8(k)
+        qv, sv = quantize_int8(v)
         out["k_cache"][loc], out["v_cache"][loc] = qk, qv
         out["k_scale_buf"][loc], out["v_scale_buf"][loc] = sk, sv
     else:
-        raw(out["k_cache"])[loc] = raw(store(run.key, pool.k.dtype, pool.k_scale))
-        raw(out["v_cache"])[loc] = raw(store(run.value, pool.v.dtype, pool.v_scale))
+        raw(out["k_cache"])[loc] = raw(store(k, pool.k.dtype, pool.k_scale))
+        raw(out["v_cache"])[loc] = raw(store(v, pool.v.dtype, pool.v_scale))
         if case.mla:  # V is K's prefix: the later V write wins, with the same values
             raw(out["k_cache"])[loc, :, : case.dims[1]] = raw(out["v_cache"])[loc]
     return out
@@ -379,6 +406,7 @@ def reference_decode(run: DecodeRun, fn: Any = attention) -> Tensor:
 
 @dataclass(frozen=True)
 class ExtendCase:
+    OP: ClassVar[str] = "extend_attention"
     reqs: tuple[tuple[int, int], ...]  # (prefix, extend) per request
     heads: tuple[int, int] = (4, 2)
     dims: tuple[int, int] = (64, 64)
@@ -405,101 +433,93 @@ QUICK_REQS = ((0, 1), (3, 2), (17, 33), (40, 5))
 
 def extend_cases() -> tuple[dict[str, ExtendCase], frozenset[str], frozenset[str]]:
     """The extend cases, the names of the grid and of the small cases (as decode_cases)."""
-    cases: dict[str, ExtendCase] = {}
+    grid: dict[str, ExtendCase] = {}
     for name, n, fields in _grid():
         reqs: tuple[tuple[int, int], ...]
         if "cache" in fields:
             reqs = QUICK_REQS if n == 0 else REQS
         else:
             reqs = QUICK_REQS if fields["quick"] else REQS[n % 4 :] + REQS[: n % 4]
-        cases[name] = ExtendCase(reqs=reqs, **fields)
-    grid = frozenset(cases)
+        grid[name] = ExtendCase(reqs=reqs, **fields)
     base = ExtendCase(reqs=((0, 5), (30, 40), (64, 1), (7, 100)), heads=(8, 2), dims=(80, 80))
     # still several query blocks (kExtendBlockM = 32) and key blocks
     mid = replace(base, reqs=((0, 5), (30, 17), (7, 40)), heads=(6, 2), quick=True)
-    cases.update(
-        {
-            "window 1": replace(base, window=1),
-            "window 2": replace(mid, window=2),
-            "window 33": replace(base, window=33, dtype=F16),
-            "window 200": replace(base, window=200),
-            "window int8": replace(base, window=20, cache="int8"),
-            "cap 30": replace(base, logit_cap=30.0),
-            "cap 2": replace(mid, logit_cap=2.0, dtype=F32),
-            "sinks fp32": replace(mid, sinks=F32),
-            "sinks bf16": replace(base, sinks=BF16, dtype=F16),
-            "cap window sinks fp8": replace(
-                base, logit_cap=5.0, window=50, sinks=F32, cache="e4m3"
-            ),
-            "not causal": replace(mid, causal=False),
-            "not causal fp32": replace(base, causal=False, dtype=F32, cache="e5m2"),
-            "not causal window": replace(base, causal=False, window=10),
-            "k_extend None": replace(mid, kv="shared"),
-            "k_extend None fp8": replace(base, kv="shared", cache="e4m3", dtype=F32),
-            "k_extend None int8": replace(mid, kv="shared", cache="int8"),
-            "k_extend None window": replace(base, kv="shared", window=9, table=torch.int64),
-            "gaps and empty requests": replace(
-                base, reqs=((5, 0), (0, 3), (20, 0), (9, 9)), gaps=True, quick=True
-            ),
-            "int8 gaps": replace(base, reqs=((0, 3), (4, 0), (9, 9)), gaps=True, cache="int8"),
-            "4097": ExtendCase(reqs=((4000, 97), (2, 3)), heads=(12, 2), dims=(128, 128)),
-            "MLA 576/512": ExtendCase(
-                reqs=((0, 9), (40, 33)), heads=(8, 1), dims=(576, 512), mla=True, quick=True
-            ),
-            "D != Dv int8": ExtendCase(
-                reqs=((3, 40), (50, 7)), heads=(6, 3), dims=(96, 64), cache="int8"
-            ),
-        }
-    )
+    features: dict[str, ExtendCase] = {
+        "window 1": replace(base, window=1),
+        "window 2": replace(mid, window=2),
+        "window 33": replace(base, window=33, dtype=F16),
+        "window 200": replace(base, window=200),
+        "window int8": replace(base, window=20, cache="int8"),
+        "cap 30": replace(base, logit_cap=30.0),
+        "cap 2": replace(mid, logit_cap=2.0, dtype=F32),
+        "sinks fp32": replace(mid, sinks=F32),
+        "sinks bf16": replace(base, sinks=BF16, dtype=F16),
+        "cap window sinks fp8": replace(base, logit_cap=5.0, window=50, sinks=F32, cache="e4m3"),
+        "not causal": replace(mid, causal=False),
+        "not causal fp32": replace(base, causal=False, dtype=F32, cache="e5m2"),
+        "not causal window": replace(base, causal=False, window=10),
+        "k_extend None": replace(mid, kv="shared"),
+        "k_extend None fp8": replace(base, kv="shared", cache="e4m3", dtype=F32),
+        "k_extend None int8": replace(mid, kv="shared", cache="int8"),
+        "k_extend None window": replace(base, kv="shared", window=9, table=torch.int64),
+        "gaps and empty requests": replace(
+            base, reqs=((5, 0), (0, 3), (20, 0), (9, 9)), gaps=True, quick=True
+        ),
+        "int8 gaps": replace(base, reqs=((0, 3), (4, 0), (9, 9)), gaps=True, cache="int8"),
+        "4097": ExtendCase(reqs=((4000, 97), (2, 3)), heads=(12, 2), dims=(128, 128)),
+        "MLA 576/512": ExtendCase(
+            reqs=((0, 9), (40, 33)), heads=(8, 1), dims=(576, 512), mla=True, quick=True
+        ),
+        "D != Dv int8": ExtendCase(
+            reqs=((3, 40), (50, 7)), heads=(6, 3), dims=(96, 64), cache="int8"
+        ),
+    }
     small = ExtendCase(
         reqs=((4, 2), (0, 3), (5, 4)), dims=(16, 16), dtype=F32, table=torch.int64, quick=True
     )
-    before_small = frozenset(cases)
-    cases.update(
-        {
-            "small": small,
-            "no prefix": replace(small, reqs=((0, 4), (0, 7))),
-            "prefix hit, one new": replace(small, reqs=((9, 1), (32, 1))),
-            "empty request": replace(small, reqs=((5, 0), (0, 4), (8, 0))),
-            "given": replace(small, kv="given"),
-            "shared": replace(small, kv="shared", reqs=((6, 3), (0, 4))),
-            "shared bf16": replace(small, dtype=BF16, kv="shared", reqs=((4, 5), (23, 17))),
-            "small not causal": replace(small, causal=False, reqs=((4, 3), (0, 12))),
-            "odd dims 13/5 hq7-hkv1": replace(
-                small, heads=(7, 1), dims=(13, 5), reqs=((0, 3), (15, 6))
-            ),
-            "hq6-hkv2 D32 bf16": replace(
-                small, dtype=BF16, heads=(6, 2), dims=(32, 32), reqs=((8, 9), (0, 70))
-            ),
-            "small window 3 fp16": replace(small, dtype=F16, window=3, reqs=((3, 5), (9, 11))),
-            "window 1 not causal": replace(small, window=1, causal=False, reqs=((4, 2), (5, 4))),
-            "small cap sinks": replace(small, logit_cap=1.5, sinks=F32, reqs=((5, 6), (3, 2))),
-            "small gaps": replace(small, gaps=True, reqs=((3, 3), (3, 2))),
-            "small e4m3": replace(small, cache="e4m3", reqs=((5, 4), (0, 4))),
-            "small e5m2 shared": replace(small, cache="e5m2", kv="shared", reqs=((3, 2), (5, 3))),
-            "small int8": replace(small, cache="int8", reqs=((7, 5), (0, 4))),
-            "int8 given": replace(small, cache="int8", kv="given", reqs=((5, 2), (0, 9))),
-            "int8 shared bf16": replace(
-                small, dtype=BF16, cache="int8", kv="shared", reqs=((5, 4), (0, 3))
-            ),
-            "int8 given gaps": replace(
-                small, cache="int8", kv="given", gaps=True, reqs=((3, 2), (3, 2))
-            ),
-            "long prefill D32": replace(
-                small, heads=(2, 1), dims=(32, 32), reqs=((20, 130), (70, 20)), quick=False
-            ),
-        }
-    )
-    return cases, grid, frozenset(cases) - before_small
+    small_cases: dict[str, ExtendCase] = {
+        "small": small,
+        "no prefix": replace(small, reqs=((0, 4), (0, 7))),
+        "prefix hit, one new": replace(small, reqs=((9, 1), (32, 1))),
+        "empty request": replace(small, reqs=((5, 0), (0, 4), (8, 0))),
+        "given": replace(small, kv="given"),
+        "shared": replace(small, kv="shared", reqs=((6, 3), (0, 4))),
+        "shared bf16": replace(small, dtype=BF16, kv="shared", reqs=((4, 5), (23, 17))),
+        "small not causal": replace(small, causal=False, reqs=((4, 3), (0, 12))),
+        "odd dims 13/5 hq7-hkv1": replace(
+            small, heads=(7, 1), dims=(13, 5), reqs=((0, 3), (15, 6))
+        ),
+        "hq6-hkv2 D32 bf16": replace(
+            small, dtype=BF16, heads=(6, 2), dims=(32, 32), reqs=((8, 9), (0, 70))
+        ),
+        "small window 3 fp16": replace(small, dtype=F16, window=3, reqs=((3, 5), (9, 11))),
+        "window 1 not causal": replace(small, window=1, causal=False, reqs=((4, 2), (5, 4))),
+        "small cap sinks": replace(small, logit_cap=1.5, sinks=F32, reqs=((5, 6), (3, 2))),
+        "small gaps": replace(small, gaps=True, reqs=((3, 3), (3, 2))),
+        "small e4m3": replace(small, cache="e4m3", reqs=((5, 4), (0, 4))),
+        "small e5m2 shared": replace(small, cache="e5m2", kv="shared", reqs=((3, 2), (5, 3))),
+        "small int8": replace(small, cache="int8", reqs=((7, 5), (0, 4))),
+        "int8 given": replace(small, cache="int8", kv="given", reqs=((5, 2), (0, 9))),
+        "int8 shared bf16": replace(
+            small, dtype=BF16, cache="int8", kv="shared", reqs=((5, 4), (0, 3))
+        ),
+        "int8 given gaps": replace(
+            small, cache="int8", kv="given", gaps=True, reqs=((3, 2), (3, 2))
+        ),
+        "long prefill D32": replace(
+            small, heads=(2, 1), dims=(32, 32), reqs=((20, 130), (70, 20)), quick=False
+        ),
+    }
+    return _matrix(grid, features, small_cases)
 
 
 EXTEND_CASES, EXTEND_GRID, EXTEND_SMALL = extend_cases()
 
 
 @dataclass
-class ExtendRun(OpRun):
-    OP = "extend_attention"
-    case: ExtendCase
+class ExtendRun(OpRun[ExtendCase]):
+    """An extend batch: the ops' arguments (schema names) and what the reference needs."""
+
     starts: list[int]
     writes: bool  # the implementation writes the new tokens at out_cache_loc
     new_k: Tensor  # [N, Hkv, D] new tokens' K (given, or gathered), query dtype
@@ -522,16 +542,7 @@ def make_extend(case: ExtendCase, seed: int = 0, writes: bool | None = None) -> 
     hq, hkv = case.heads
     dim, dim_v = case.dims
     lens = tuple(p + e for p, e in case.reqs)
-    pool = make_pool(
-        g,
-        lens,
-        kv_heads=hkv,
-        dims=case.dims,
-        dtype=case.dtype,
-        cache=case.cache,
-        table=case.table,
-        mla=case.mla,
-    )
+    pool = _pool(g, lens, case)
     starts, row = [], 0
     for _, e in case.reqs:
         row += 1 if case.gaps else 0
@@ -568,7 +579,6 @@ def make_extend(case: ExtendCase, seed: int = 0, writes: bool | None = None) -> 
             kk, vv = pool.keys(b, p, p + e)
             new_k[starts[b] : starts[b] + e] = kk.to(case.dtype)
             new_v[starts[b] : starts[b] + e] = vv.to(case.dtype)
-    sinks = None if case.sinks is None else randn(g, hq, dtype=case.sinks, scale=2.0)
     ext = [e for _, e in case.reqs]
     given = case.kv != "shared"
     args: dict[str, Any] = {
@@ -578,25 +588,13 @@ def make_extend(case: ExtendCase, seed: int = 0, writes: bool | None = None) -> 
         "o_extend": torch.full((tokens, hq, dim_v), math.nan, dtype=case.dtype),
         "k_buffer": pool.k,
         "v_buffer": pool.v,
-        "k_scale": pool.k_scale,
-        "v_scale": pool.v_scale,
-        "k_scale_buf": pool.k_scales,
-        "v_scale_buf": pool.v_scales,
         "out_cache_loc": out_cache_loc,
-        "req_to_token": pool.req_to_token,
-        "req_pool_indices": pool.req_pool_indices,
-        "seq_lens": torch.tensor(lens, dtype=torch.int64),
         "extend_seq_lens": torch.tensor(ext, dtype=case.table),
         "extend_start_loc": torch.tensor(starts, dtype=case.table),
         "max_len_extend": max(ext, default=0),
-        "sm_scale": 1.0 / math.sqrt(dim),
-        "logit_cap": case.logit_cap,
-        "is_cross_attention": False,
-        "sliding_window_size": case.window,
-        "encoder_lens": None,
-        "sinks": sinks,
         "tree_mask": None,
         "is_causal": case.causal,
+        **_shared_args(g, pool, case, lens),
     }
     return ExtendRun(case, pool, args, starts, writes, new_k, new_v)
 
@@ -604,22 +602,10 @@ def make_extend(case: ExtendCase, seed: int = 0, writes: bool | None = None) -> 
 def expected_extend_cache(run: ExtendRun) -> dict[str, Tensor]:
     """The caches (and int8 scales) after the call: the new tokens written at every row of
     out_cache_loc if the implementation writes them, else unchanged."""
-    out = run.pool.snapshot()
     if not run.writes:
-        return out
-    loc, k, v = run.args["out_cache_loc"], run.args["k_extend"], run.args["v_extend"]
-    if run.case.cache == "int8":
-        qk, sk = quantize_int8(k)
-        qv, sv = quantize_int8(v)
-        out["k_cache"][loc], out["v_cache"][loc] = qk, qv
-        out["k_scale_buf"][loc], out["v_scale_buf"][loc] = sk, sv
-    else:
-        pool = run.pool
-        raw(out["k_cache"])[loc] = raw(store(k, pool.k.dtype, pool.k_scale))
-        raw(out["v_cache"])[loc] = raw(store(v, pool.v.dtype, pool.v_scale))
-        if run.case.mla:
-            raw(out["k_cache"])[loc, :, : run.case.dims[1]] = raw(out["v_cache"])[loc]
-    return out
+        return run.pool.snapshot()
+    args = run.args
+    return _written(run, args["out_cache_loc"], args["k_extend"], args["v_extend"])
 
 
 def per_request(run: ExtendRun, fn: Any, fill: float) -> Tensor:
@@ -667,6 +653,25 @@ def decode_slack(run: DecodeRun) -> Tensor | None:
     if not rounds_p(run.case.dtype, run.case.cache):
         return None
     return reference_decode(run, p_rounding_slack).float()
+
+
+class Op(NamedTuple):
+    """One attention op's part of the matrix, for tests that treat decode and extend alike."""
+
+    cases: dict[str, Any]
+    make: Callable[..., Any]  # (case, seed) -> the run
+    expected_cache: Callable[[Any], dict[str, Tensor]]
+    reference: Callable[[Any], Tensor]  # fp64, from the pool as the call leaves it
+    slack: Callable[[Any], Tensor | None]  # where an implementation may round p to bf16
+    output: str  # the argument the call writes its output to
+
+
+OPS = {
+    "decode": Op(DECODE_CASES, make_decode, expected_decode_cache, reference_decode,
+                 decode_slack, "output"),
+    "extend": Op(EXTEND_CASES, make_extend, expected_extend_cache, reference_extend,
+                 extend_slack, "o_extend"),
+}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ than to K, polynomial exp / tanh); then they round once to the output dtype.
 from __future__ import annotations
 
 import math
+from typing import Required, TypedDict, Unpack
 
 import torch
 from torch import Tensor
@@ -63,21 +64,27 @@ def mask(q_pos: Tensor, keys: int, causal: bool, window: int | None) -> Tensor:
     return allowed
 
 
-def probabilities(
-    q: Tensor,
-    k: Tensor,
-    q_pos: Tensor,
-    *,
-    sm_scale: float,
-    causal: bool,
-    window: int | None,
-    logit_cap: float,
-    sinks: Tensor | None,
-    allowed: Tensor | None = None,
-) -> Tensor:
+class Options(TypedDict, total=False):
+    """The keyword arguments of :func:`probabilities`, :func:`attention` and
+    :func:`p_rounding_slack`: sm_scale (required), causal (default True), window (SGLang's
+    W; default None: none), logit_cap (default 0: none), sinks [Hq] (default None: none),
+    allowed [M, L] (bool: a further mask, e.g. padding; default None: none)."""
+
+    sm_scale: Required[float]
+    causal: bool
+    window: int | None
+    logit_cap: float
+    sinks: Tensor | None
+    allowed: Tensor | None
+
+
+def probabilities(q: Tensor, k: Tensor, q_pos: Tensor, **options: Unpack[Options]) -> Tensor:
     """fp64 softmax weights [Hq, M, L] of q [M, Hq, D] over k [L, Hkv, D] (scaled, capped,
-    masked, the sinks in the denominator); rows that see no key are zeros. `allowed`
-    [M, L] (bool): a further mask (padding), ANDed in."""
+    masked, the sinks in the denominator); rows that see no key are zeros. `options`: see
+    :class:`Options` (`allowed` is ANDed into the mask)."""
+    sm_scale = options["sm_scale"]
+    logit_cap = options.get("logit_cap", 0.0)
+    sinks, allowed = options.get("sinks"), options.get("allowed")
     hq, hkv = q.shape[1], k.shape[1]
     # GQA without repeating K: query head h = g * group + j reads KV head g; qh is
     # [Hkv, group * M, D]
@@ -86,7 +93,7 @@ def probabilities(
     scores = (qh @ kh.transpose(1, 2)).view(hq, q.shape[0], k.shape[0]) * sm_scale
     if logit_cap > 0.0:
         scores = logit_cap * torch.tanh(scores / logit_cap)
-    seen = mask(q_pos, k.shape[0], causal, window)
+    seen = mask(q_pos, k.shape[0], options.get("causal", True), options.get("window"))
     if allowed is not None:
         seen &= allowed
     scores = scores.masked_fill(~seen, -math.inf)
@@ -98,27 +105,11 @@ def probabilities(
     return probs.nan_to_num(0.0)
 
 
-def attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    q_pos: Tensor,
-    *,
-    sm_scale: float,
-    causal: bool = True,
-    window: int | None = None,
-    logit_cap: float = 0.0,
-    sinks: Tensor | None = None,
-    allowed: Tensor | None = None,
-) -> Tensor:
+def attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, **options: Unpack[Options]) -> Tensor:
     """fp64 attention of one request: q [M, Hq, D] at positions q_pos [M] over k [L, Hkv, D]
-    and v [L, Hkv, Dv] at positions 0..L-1; returns [M, Hq, Dv]. `window`: SGLang's W;
-    `allowed` [M, L]: a further mask (e.g. padding)."""
-    probs = probabilities(
-        q, k, q_pos, sm_scale=sm_scale, causal=causal, window=window,
-        logit_cap=logit_cap, sinks=sinks, allowed=allowed,
-    )  # fmt: skip
-    return over_values(probs, v).movedim(1, 0)
+    and v [L, Hkv, Dv] at positions 0..L-1; returns [M, Hq, Dv]. `options`: see
+    :class:`Options`."""
+    return over_values(probabilities(q, k, q_pos, **options), v).movedim(1, 0)
 
 
 def over_values(probs: Tensor, v: Tensor) -> Tensor:
@@ -131,16 +122,7 @@ def over_values(probs: Tensor, v: Tensor) -> Tensor:
 
 
 def p_rounding_slack(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    q_pos: Tensor,
-    *,
-    sm_scale: float,
-    causal: bool = True,
-    window: int | None = None,
-    logit_cap: float = 0.0,
-    sinks: Tensor | None = None,
+    q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, **options: Unpack[Options]
 ) -> Tensor:
     """What rounding the softmax weights to bf16 before P.V may move each output of
     :func:`attention` (same arguments) by, [M, Hq, Dv] fp32.
@@ -150,10 +132,7 @@ def p_rounding_slack(
     output o moves by sum_j P_j d_j (v_j - o), P the normalised weights, |d_j| <= 2^-8
     independent roundings. Allowed: 4 x 2^-8 x sqrt(sum_j P_j^2 (v_j - o)^2), over 7
     standard deviations of that sum."""
-    probs = probabilities(
-        q, k, q_pos, sm_scale=sm_scale, causal=causal, window=window,
-        logit_cap=logit_cap, sinks=sinks,
-    )  # fmt: skip
+    probs = probabilities(q, k, q_pos, **options)
     o = over_values(probs, v)
     p2 = probs * probs
     # sum_j P_j^2 (v_j - o)^2, expanded

@@ -1,13 +1,11 @@
-"""rvv-attention's ``decode`` / ``extend`` against the fp64 reference over the case matrix,
-over the layered sample of the case matrix (conformance.cases.layered_sample), once on its
+"""rvv-attention's ``decode`` / ``extend`` against the fp64 reference over the layered
+sample of the case matrix (conformance.cases.layered_sample), once on its
 kernel path (``RVV_ATTENTION_IMPL=kernel``: the rvv-ops kernels; a silent
 fallback would raise instead) and once on its fallback path (``=fallback``: the
 torch-native implementation in ``_fallback.py``): outputs, cache contents after the call
 (bit for bit), rows of no request left alone; the two paths against each other to one
-output rounding; cross-attention (fallback only) and the auto mode's fallback.
-
-Run by ``nox -s attention-tests`` natively and by tools/ops_riscv.py under QEMU (the quick
-subset, see conformance.cases).
+output rounding; cross-attention (fallback only) and the auto mode's fallback (how the
+file is run: see the package docstring).
 """
 
 from __future__ import annotations
@@ -24,11 +22,11 @@ from conformance.cases import (
     EXTEND_CASES,
     EXTEND_GRID,
     EXTEND_SMALL,
+    OPS,
     DecodeCase,
     DecodeRun,
     ExtendCase,
     ExtendRun,
-    decode_slack,
     expected_decode_cache,
     expected_extend_cache,
     extend_slack,
@@ -148,30 +146,23 @@ def test_extend_matches_reference(name: str, impl: str) -> None:
 
 # The two paths against each other on the small cases (both are within the reference's
 # tolerance everywhere; this bounds fp32 disagreement tighter).
-@pytest.mark.parametrize("name", sorted(DECODE_SMALL))
-def test_decode_kernel_and_fallback_agree(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    case = DECODE_CASES[name]
+RUNS = {"decode": run_decode, "extend": run_extend}
+SMALL = [("decode", n) for n in sorted(DECODE_SMALL)] + [
+    ("extend", n) for n in sorted(EXTEND_SMALL) if not kernel_rejects(EXTEND_CASES[n])
+]
+
+
+@pytest.mark.parametrize(("kind", "name"), SMALL)
+def test_kernel_and_fallback_agree(kind: str, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    op = OPS[kind]
+    case = op.cases[name]
     skip_unless_selected(case.quick)
     outs = {}
     for mode in ("kernel", "fallback"):
         use_impl(mode, monkeypatch)
-        run = run_decode(case, seed=len(name))[0]
-        outs[mode] = run.args["output"]
-    assert_matches(outs["kernel"], outs["fallback"], name, decode_slack(run), SAME_IMPL_TOLERANCES)
-
-
-@pytest.mark.parametrize(
-    "name", sorted(n for n in EXTEND_SMALL if not kernel_rejects(EXTEND_CASES[n]))
-)
-def test_extend_kernel_and_fallback_agree(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    case = EXTEND_CASES[name]
-    skip_unless_selected(case.quick)
-    outs = {}
-    for mode in ("kernel", "fallback"):
-        use_impl(mode, monkeypatch)
-        run = run_extend(case, seed=len(name))[0]
-        outs[mode] = run.args["o_extend"]
-    assert_matches(outs["kernel"], outs["fallback"], name, extend_slack(run), SAME_IMPL_TOLERANCES)
+        run = RUNS[kind](case, seed=len(name))[0]
+        outs[mode] = run.args[op.output]
+    assert_matches(outs["kernel"], outs["fallback"], name, op.slack(run), SAME_IMPL_TOLERANCES)
 
 
 def test_extend_chunks_queries_in_the_fallback(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,10 +1,7 @@
 """The rvv-ops ops (torch.ops.sgl_kernel.decode_attention_cpu / extend_attention_cpu and
 their _int8_ variants) against the fp64 reference over the case matrix: outputs, and what
 the ops leave in the caches (bit for bit), plus SGLang's calling conventions and the typed
-wrappers of the public ``rvv_ops`` API.
-
-Run by ``nox -s ops-tests`` natively and by tools/ops_riscv.py under QEMU (the quick
-subset, see conformance.cases).
+wrappers of the public ``rvv_ops`` API (how the file is run: see the package docstring).
 """
 
 from __future__ import annotations
@@ -16,13 +13,11 @@ import rvv_ops
 import torch
 
 from conformance.cases import (
-    DECODE_CASES,
-    EXTEND_CASES,
+    OPS,
     PERF_QUICK,
     DecodeCase,
     ExtendCase,
     expected_decode_cache,
-    expected_extend_cache,
     extend_slack,
     make_decode,
     make_extend,
@@ -35,8 +30,8 @@ from conformance.fixtures import active_variant
 from conformance.kvcache import same_bits
 from conformance.reference import assert_matches
 
-DECODE_NAMES = {"k_cache": "k_cache", "v_cache": "v_cache"}
-EXTEND_NAMES = {"k_cache": "k_buffer", "v_cache": "v_buffer"}
+# the op arguments that hold each cache of expected_decode_cache / expected_extend_cache
+CACHE_NAMES = {"decode": {}, "extend": {"k_cache": "k_buffer", "v_cache": "v_buffer"}}
 
 
 def check_cache(args: dict[str, object], expected: dict[str, torch.Tensor], names: dict[str, str]):  # type: ignore[no-untyped-def]
@@ -45,27 +40,24 @@ def check_cache(args: dict[str, object], expected: dict[str, torch.Tensor], name
         assert isinstance(got, torch.Tensor) and same_bits(got, want), name
 
 
-@pytest.mark.parametrize("name", DECODE_CASES)
-def test_decode_matches_reference(name: str) -> None:
-    case = DECODE_CASES[name]
-    skip_unless_selected(case.quick)
-    run = make_decode(case, seed=len(name))
-    expected_cache = expected_decode_cache(run)
+def check_call(kind: str, case: DecodeCase | ExtendCase, what: str, seed: int = 0) -> None:
+    """Calls the op on the case's batch: the caches must hold exactly the expected writes
+    and the output match the fp64 reference (the rvv-ops decode kernels keep p in fp32:
+    no p-rounding slack for decode)."""
+    op = OPS[kind]
+    run = op.make(case, seed=seed)
+    expected_cache = op.expected_cache(run)
     run.call()
-    check_cache(run.args, expected_cache, DECODE_NAMES)
-    assert_matches(run.args["output"], reference_decode(run), name)
+    check_cache(run.args, expected_cache, CACHE_NAMES[kind])
+    slack = op.slack(run) if kind == "extend" else None
+    assert_matches(run.args[op.output], op.reference(run), what, slack)
 
 
-@pytest.mark.parametrize("name", EXTEND_CASES)
-def test_extend_matches_reference(name: str) -> None:
-    case = EXTEND_CASES[name]
+@pytest.mark.parametrize(("kind", "name"), [(k, n) for k, op in OPS.items() for n in op.cases])
+def test_matches_reference(kind: str, name: str) -> None:
+    case = OPS[kind].cases[name]
     skip_unless_selected(case.quick)
-    run = make_extend(case, seed=len(name))
-    expected_o = reference_extend(run)
-    expected_cache = expected_extend_cache(run)
-    run.call()
-    check_cache(run.args, expected_cache, EXTEND_NAMES)
-    assert_matches(run.args["o_extend"], expected_o, name, extend_slack(run))
+    check_call(kind, case, name, seed=len(name))
 
 
 @pytest.fixture(params=rvv_ops.build_info()["supported_variants"])
@@ -80,15 +72,12 @@ def test_every_variant(variant: str, kind: str) -> None:
     # The matrix above runs on the default (best) variant; here every variant the CPU
     # supports gets a decode and an extend batch with each cache kind.
     for cache in ("same", "e4m3", "int8"):
-        if kind == "decode":
-            d = make_decode(DecodeCase(lens=(1, 17, 70), heads=(6, 2), cache=cache, window=40))
-            d.call()
-            assert_matches(d.args["output"], reference_decode(d), f"{variant} {cache}")
-        else:
-            e = make_extend(ExtendCase(reqs=((0, 3), (20, 35)), heads=(6, 2), cache=cache))
-            expected = reference_extend(e)
-            e.call()
-            assert_matches(e.args["o_extend"], expected, f"{variant} {cache}", extend_slack(e))
+        case = (
+            DecodeCase(lens=(1, 17, 70), heads=(6, 2), cache=cache, window=40)
+            if kind == "decode"
+            else ExtendCase(reqs=((0, 3), (20, 35)), heads=(6, 2), cache=cache)
+        )
+        check_call(kind, case, f"{variant} {cache}")
 
 
 def test_sglang_call_style() -> None:
@@ -208,13 +197,4 @@ def test_perf_cases(op: str) -> None:
     batches, contexts = PERF_QUICK
     for b in batches:
         for c in contexts:
-            case = perf_case(op, b, c)
-            if isinstance(case, DecodeCase):
-                d = make_decode(case)
-                d.call()
-                assert_matches(d.args["output"], reference_decode(d), f"{op} {b}x{c}")
-            else:
-                e = make_extend(case)
-                expected, slack = reference_extend(e), extend_slack(e)
-                e.call()
-                assert_matches(e.args["o_extend"], expected, f"{op} {b}x{c}", slack)
+            check_call(op, perf_case(op, b, c), f"{op} {b}x{c}")

@@ -92,20 +92,23 @@ class Bench:
             device="cpu",
             enable_memory_saver=False,
         )
+        shape = {
+            "size": self.size,
+            "page_size": 1,
+            "dtype": self.kv_dtype,
+            "head_num": self.hkv,
+            "head_dim": self.d,
+            "v_head_dim": self.dv,
+            "device": "cpu",
+            "enable_alt_stream": False,
+        }
         if self.swa_layer_ids:
             full_ids = [i for i in range(self.layer_num) if i not in self.swa_layer_ids]
             kv = SWAKVPool(
-                size=self.size,
                 size_swa=self.size,
-                page_size=1,
-                dtype=self.kv_dtype,
-                head_num=self.hkv,
-                head_dim=self.d,
-                v_head_dim=self.dv,
                 swa_attention_layer_ids=list(self.swa_layer_ids),
                 full_attention_layer_ids=full_ids,
-                device="cpu",
-                enable_alt_stream=False,
+                **shape,
             )
             # full row i -> SWA row (i * 7) % size + 1: a scrambled injection; the last
             # entry is the sentinel SGLang's allocator keeps for index -1.
@@ -114,18 +117,7 @@ class Bench:
             mapping[idx] = (idx * 7) % self.size + 1
             kv.register_mapping(mapping)
         else:
-            kv = MHATokenToKVPool(
-                size=self.size,
-                page_size=1,
-                dtype=self.kv_dtype,
-                head_num=self.hkv,
-                head_dim=self.d,
-                v_head_dim=self.dv,
-                layer_num=self.layer_num,
-                device="cpu",
-                enable_memory_saver=False,
-                enable_alt_stream=False,
-            )
+            kv = MHATokenToKVPool(layer_num=self.layer_num, enable_memory_saver=False, **shape)
         self.runner = SimpleNamespace(device="cpu", req_to_token_pool=r2t, token_to_kv_pool=kv)
         # Row 0 is SGLang's padding slot: never handed out. Scattered order.
         self.free = list(range(1, self.size + 1))
@@ -199,19 +191,20 @@ class Bench:
             kw = dict(k_scale=layer.k_scale_float, v_scale=layer.v_scale_float)
         self.pool.set_kv_buffer(layer, KVWriteLoc(loc, swa_loc), k.clone(), v.clone(), **kw)
 
-    def extend_batch(self, layer, rows, extend_lens):
-        """An EXTEND batch: the requests' cached prefixes (``truth``) plus new tokens."""
+    def _batch(self, mode, layer, rows, new_lens):
+        """A batch of requests ``rows``, ``new_lens[i]`` new tokens after each one's cached
+        prefix (``truth``) on newly allocated rows: the ForwardBatch, the prefix lengths,
+        and random q / k / v for the new tokens."""
         prefix = [len(self.truth.get((layer.layer_id, r), [])) for r in rows]
         locs: list[int] = []
-        for row, p, n in zip(rows, prefix, extend_lens, strict=True):
+        for row, p, n in zip(rows, prefix, new_lens, strict=True):
             new = self.alloc(n)
             self.req_to_token[row, p : p + n] = torch.tensor(new, dtype=torch.int32)
             locs += new
-        seq = [p + n for p, n in zip(prefix, extend_lens, strict=True)]
-        total = sum(extend_lens)
-        starts = [sum(extend_lens[:i]) for i in range(len(rows))]
+        seq = [p + n for p, n in zip(prefix, new_lens, strict=True)]
+        total = len(locs)
         fb = ForwardBatch(
-            forward_mode=ForwardMode.EXTEND,
+            forward_mode=mode,
             batch_size=len(rows),
             input_ids=torch.zeros(total, dtype=torch.int64),
             req_pool_indices=torch.tensor(rows, dtype=torch.int64),
@@ -221,39 +214,27 @@ class Bench:
             seq_lens_sum=sum(seq),
             positions=torch.cat([torch.arange(p, s) for p, s in zip(prefix, seq, strict=True)]),
         )
+        q = self.randn(total, self.hq * self.d)
+        k = self.randn(total, self.hkv, self.d)
+        v = self.randn(total, self.hkv, self.dv)
+        return fb, prefix, q, k, v
+
+    def extend_batch(self, layer, rows, extend_lens):
+        """An EXTEND batch: the requests' cached prefixes (``truth``) plus new tokens."""
+        fb, prefix, q, k, v = self._batch(ForwardMode.EXTEND, layer, rows, extend_lens)
         fb.extend_prefix_lens = torch.tensor(prefix, dtype=torch.int32)
         fb.extend_prefix_lens_cpu = list(prefix)
         fb.extend_seq_lens = torch.tensor(extend_lens, dtype=torch.int32)
         fb.extend_seq_lens_cpu = list(extend_lens)
-        fb.extend_start_loc = torch.tensor(starts, dtype=torch.int32)
-        fb.extend_num_tokens = total
-        q = self.randn(total, self.hq * self.d)
-        k = self.randn(total, self.hkv, self.d)
-        v = self.randn(total, self.hkv, self.dv)
+        fb.extend_start_loc = torch.tensor(
+            [sum(extend_lens[:i]) for i in range(len(rows))], dtype=torch.int32
+        )
+        fb.extend_num_tokens = len(q)
         return fb, q, k, v
 
     def decode_batch(self, layer, rows):
         """A DECODE batch: one new token per request after its cached prefix."""
-        prefix = [len(self.truth.get((layer.layer_id, r), [])) for r in rows]
-        locs = self.alloc(len(rows))
-        for row, p, loc in zip(rows, prefix, locs, strict=True):
-            self.req_to_token[row, p] = loc
-        seq = [p + 1 for p in prefix]
-        b = len(rows)
-        fb = ForwardBatch(
-            forward_mode=ForwardMode.DECODE,
-            batch_size=b,
-            input_ids=torch.zeros(b, dtype=torch.int64),
-            req_pool_indices=torch.tensor(rows, dtype=torch.int64),
-            seq_lens=torch.tensor(seq, dtype=torch.int64),
-            seq_lens_cpu=torch.tensor(seq, dtype=torch.int64),
-            out_cache_loc=torch.tensor(locs, dtype=torch.int64),
-            seq_lens_sum=sum(seq),
-            positions=torch.tensor(prefix, dtype=torch.int64),
-        )
-        q = self.randn(b, self.hq * self.d)
-        k = self.randn(b, self.hkv, self.d)
-        v = self.randn(b, self.hkv, self.dv)
+        fb, _, q, k, v = self._batch(ForwardMode.DECODE, layer, rows, [1] * len(rows))
         return fb, q, k, v
 
     def record_new(self, layer, fb, k, v, *, quantized: bool) -> list[tuple[int, int]]:
@@ -722,6 +703,26 @@ def _cross_attention_setup(dtype):
     return bench, cross, enc, dec
 
 
+def _cross_extend_batch(bench, rows, n, enc, encoder_out_cache_loc):
+    """A cross-attention EXTEND batch: ``n[i]`` new tokens (no prefix) of request
+    ``rows[i]``, which has ``enc[i]`` encoder tokens; the new tokens on new cache rows."""
+    fb = ForwardBatch(
+        forward_mode=ForwardMode.EXTEND,
+        batch_size=len(rows),
+        input_ids=torch.zeros(sum(n), dtype=torch.int64),
+        req_pool_indices=torch.tensor(rows),
+        seq_lens=torch.tensor(n),
+        out_cache_loc=torch.tensor(bench.alloc(sum(n))),
+        seq_lens_sum=sum(n),
+        encoder_lens=torch.tensor(enc),
+        encoder_out_cache_loc=encoder_out_cache_loc,
+    )
+    fb.extend_seq_lens = torch.tensor(n)
+    fb.extend_prefix_lens = torch.zeros(len(rows), dtype=torch.int64)
+    fb.extend_seq_lens_cpu = n
+    return fb
+
+
 def _cross_reference(bench, layer, q, rows, enc, qlens):
     """The conformance reference for cross-attention: each query sees its request's
     encoder tokens (positions [0, enc)), no mask."""
@@ -772,20 +773,7 @@ def test_cross_attention_fallback_reason_logged_once(dtype, caplog):
             assert_close(out, native, dtype, "cross decode vs torch_native")
 
             n = [2, 3]
-            fb = ForwardBatch(
-                forward_mode=ForwardMode.EXTEND,
-                batch_size=b,
-                input_ids=torch.zeros(sum(n), dtype=torch.int64),
-                req_pool_indices=torch.tensor(rows),
-                seq_lens=torch.tensor(n),
-                out_cache_loc=torch.tensor(bench.alloc(sum(n))),
-                seq_lens_sum=sum(n),
-                encoder_lens=torch.tensor(enc),
-                encoder_out_cache_loc=torch.zeros(0, dtype=torch.int64),
-            )
-            fb.extend_seq_lens = torch.tensor(n)
-            fb.extend_prefix_lens = torch.zeros(2, dtype=torch.int64)
-            fb.extend_seq_lens_cpu = n
+            fb = _cross_extend_batch(bench, rows, n, enc, torch.zeros(0, dtype=torch.int64))
             q = bench.randn(sum(n), bench.hq * bench.d)
             out = run(RVVAttnBackend, bench, cross, fb, q, None, None)
             assert_matches(out, _cross_reference(bench, cross, q, rows, enc, n), "x ext")
@@ -819,20 +807,7 @@ def test_cross_attention_extend_with_encoder_kv(dtype):
             bench.req_to_token[row, :e] = torch.tensor(locs, dtype=torch.int32)
         ek = bench.randn(sum(enc), bench.hkv, bench.d)
         ev = bench.randn(sum(enc), bench.hkv, bench.dv)
-        fb = ForwardBatch(
-            forward_mode=ForwardMode.EXTEND,
-            batch_size=2,
-            input_ids=torch.zeros(sum(n), dtype=torch.int64),
-            req_pool_indices=torch.tensor(rows),
-            seq_lens=torch.tensor(n),
-            out_cache_loc=torch.tensor(bench.alloc(sum(n))),
-            seq_lens_sum=sum(n),
-            encoder_lens=torch.tensor(enc),
-            encoder_out_cache_loc=torch.tensor(enc_locs),
-        )
-        fb.extend_seq_lens = torch.tensor(n)
-        fb.extend_prefix_lens = torch.zeros(2, dtype=torch.int64)
-        fb.extend_seq_lens_cpu = n
+        fb = _cross_extend_batch(bench, rows, n, enc, torch.tensor(enc_locs))
         q = bench.randn(sum(n), bench.hq * bench.d)
         before = bench.snapshot()
         cls = RVVAttnBackend if name == "rvv" else TorchNativeAttnBackend

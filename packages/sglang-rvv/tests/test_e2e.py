@@ -17,8 +17,10 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import resource
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -286,3 +288,20 @@ def test_startup_log_is_clean_and_says_what_runs_where(served: Any, routed: bool
     for q in quiet.QUIET:
         assert q.test.endswith(test_startup_log_is_clean_and_says_what_runs_where.__name__)
         assert q.message not in log, f"{q.message!r} ({q.source}) is still in the log"
+
+
+def test_serve_raises_the_open_files_limit() -> None:
+    # In a child with a low soft limit: raised to SGLang's 65535, or to the hard limit.
+    code = (
+        "import resource\n"
+        "from sglang_rvv import serve\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, soft), hard))\n"
+        "print(serve.raise_open_files_limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[0],"
+        " hard)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    returned, soft, hard = (int(x) for x in res.stdout.split())
+    expected = 65535 if hard == resource.RLIM_INFINITY else min(65535, hard)
+    assert returned == soft == expected

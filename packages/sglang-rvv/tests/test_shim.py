@@ -44,17 +44,25 @@ def test_switch_off_with_env() -> None:
     assert "No module named 'sgl_kernel'" in res.stderr
 
 
-def test_a_real_sgl_kernel_wins(tmp_path: Path) -> None:
+def _python_with_real_sgl_kernel(tmp_path: Path, init: str, code: str, **env: str) -> str:
+    """Runs ``code`` with a package ``sgl_kernel`` (``__init__.py``: ``init``) on the path,
+    standing for a real sgl-kernel install; returns what it printed (stripped)."""
     real = tmp_path / "sgl_kernel"
     real.mkdir()
-    (real / "__init__.py").write_text("REAL = True\n")
-    res = _python(
+    (real / "__init__.py").write_text(init)
+    res = _python(code, PYTHONPATH=str(tmp_path), **env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout.strip()
+
+
+def test_a_real_sgl_kernel_wins(tmp_path: Path) -> None:
+    out = _python_with_real_sgl_kernel(
+        tmp_path,
+        "REAL = True\n",
         "import sgl_kernel; print(getattr(sgl_kernel, 'REAL', False), "
         "getattr(sgl_kernel, 'RVV_SHIM', False))",
-        PYTHONPATH=str(tmp_path),
     )
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "True False"
+    assert out == "True False"
 
 
 def test_finder_ignores_other_names() -> None:
@@ -223,17 +231,14 @@ def test_sglang_does_not_take_the_stand_in_for_sgl_kernels_amx_build() -> None:
 
 
 def test_a_real_sgl_kernel_keeps_sglangs_own_amx_check(tmp_path: Path) -> None:
-    real = tmp_path / "sgl_kernel"
-    real.mkdir()
-    (real / "__init__.py").write_text("import rvv_ops  # stands for sgl-kernel's CPU build\n")
-    res = _python(
+    out = _python_with_real_sgl_kernel(
+        tmp_path,
+        "import rvv_ops  # stands for sgl-kernel's CPU build\n",
         "import json, torch\n"
         "import sglang.srt.utils.common as c\n"
         "print(json.dumps([c._is_intel_amx_backend_available(),"
         " hasattr(torch.ops.sgl_kernel, 'convert_weight_packed')]))",
         SGLANG_USE_CPU_ENGINE="1",
-        PYTHONPATH=str(tmp_path),
     )
-    assert res.returncode == 0, res.stderr[-3000:]
-    backend, has_op = json.loads(res.stdout.strip().splitlines()[-1])
+    backend, has_op = json.loads(out.splitlines()[-1])
     assert backend == has_op  # SGLang's own answer: the op's presence

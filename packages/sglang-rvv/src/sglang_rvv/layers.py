@@ -155,64 +155,50 @@ def _plain_rmsnorm(self: Any, x: torch.Tensor) -> bool:
     )
 
 
-def _rmsnorm_forward(
-    prefix: str,
-    original: Callable[..., Any],
-    self: Any,
-    x: torch.Tensor,
-    residual: torch.Tensor | None,
-    post_residual_addition: torch.Tensor | None,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> Any:
-    """The RMSNorm family through ``<prefix>rmsnorm_cpu`` / ``<prefix>fused_add_rmsnorm_cpu``."""
-    if (
-        args
-        or any(v is not None for v in kwargs.values())
-        or not _plain_rmsnorm(self, x)
-        or (residual is not None and residual.dtype != x.dtype)
-    ):
-        return original(self, x, residual, post_residual_addition, *args, **kwargs)
-    weight = self.weight.data
-    if residual is not None:
-        if post_residual_addition is not None:
-            residual = residual + post_residual_addition
-        op = f"{prefix}fused_add_rmsnorm_cpu"
-        _count(op)
-        getattr(_sgl, op)(x, residual, weight, self.variance_epsilon)
-        return x, residual
-    op = f"{prefix}rmsnorm_cpu"
-    _count(op)
-    return getattr(_sgl, op)(x, weight, self.variance_epsilon)
+def _rmsnorm_hook(prefix: str, doc: str) -> Callable[..., Any]:
+    """The AROUND hook of an RMSNorm class's ``forward_native``, through
+    ``<prefix>rmsnorm_cpu`` / ``<prefix>fused_add_rmsnorm_cpu``."""
+    plain, fused = f"{prefix}rmsnorm_cpu", f"{prefix}fused_add_rmsnorm_cpu"
+
+    def forward(
+        original: Callable[..., Any],
+        self: Any,
+        x: torch.Tensor,
+        residual: torch.Tensor | None = None,
+        post_residual_addition: torch.Tensor | None = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        if (
+            args
+            or any(v is not None for v in kwargs.values())
+            or not _plain_rmsnorm(self, x)
+            or (residual is not None and residual.dtype != x.dtype)
+        ):
+            return original(self, x, residual, post_residual_addition, *args, **kwargs)
+        weight = self.weight.data
+        if residual is not None:
+            if post_residual_addition is not None:
+                residual = residual + post_residual_addition
+            _count(fused)
+            getattr(_sgl, fused)(x, residual, weight, self.variance_epsilon)
+            return x, residual
+        _count(plain)
+        return getattr(_sgl, plain)(x, weight, self.variance_epsilon)
+
+    forward.__name__ = forward.__qualname__ = f"{prefix}rmsnorm_forward"
+    forward.__doc__ = doc
+    return forward
 
 
-def rmsnorm_forward(
-    original: Callable[..., Any],
-    self: Any,
-    x: torch.Tensor,
-    residual: torch.Tensor | None = None,
-    post_residual_addition: torch.Tensor | None = None,
-    *args: Any,
-    **kwargs: Any,
-) -> Any:
-    """``RMSNorm.forward_native`` through ``rmsnorm_cpu`` / ``fused_add_rmsnorm_cpu``
-    (``quant_linear=None`` is the only extra argument taken)."""
-    return _rmsnorm_forward("", original, self, x, residual, post_residual_addition, args, kwargs)
-
-
-def gemma_rmsnorm_forward(
-    original: Callable[..., Any],
-    self: Any,
-    x: torch.Tensor,
-    residual: torch.Tensor | None = None,
-    post_residual_addition: torch.Tensor | None = None,
-    *args: Any,
-    **kwargs: Any,
-) -> Any:
-    """``GemmaRMSNorm.forward_native`` through the ``gemma_*rmsnorm_cpu`` ops."""
-    return _rmsnorm_forward(
-        "gemma_", original, self, x, residual, post_residual_addition, args, kwargs
-    )
+rmsnorm_forward = _rmsnorm_hook(
+    "",
+    "``RMSNorm.forward_native`` through ``rmsnorm_cpu`` / ``fused_add_rmsnorm_cpu`` "
+    "(``quant_linear=None`` is the only extra argument taken).",
+)
+gemma_rmsnorm_forward = _rmsnorm_hook(
+    "gemma_", "``GemmaRMSNorm.forward_native`` through the ``gemma_*rmsnorm_cpu`` ops."
+)
 
 
 def layernorm_forward(original: Callable[..., Any], self: Any, x: torch.Tensor) -> Any:

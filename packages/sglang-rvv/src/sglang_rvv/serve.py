@@ -8,7 +8,9 @@ interrupted (Ctrl-C) or until the server exits.
 
 SGLang's own warm-up request runs (one short generation before ``/health`` answers): with
 ``--skip-server-warmup``, SGLang 0.5.23 posts its post-warm-up ``/freeze_gc`` before its HTTP
-server listens and logs the refused connection as a traceback.
+server listens and logs the refused connection as a traceback. The soft limit of open files
+is raised (up to the hard limit) before the server starts: SGLang asks for 65535 itself and
+cannot go above the hard limit either.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -65,6 +68,22 @@ def server_command(extra: Sequence[str], model_path: Path | None) -> list[str]:
         if not _has(extra, flag):
             cmd += [flag, value]
     return cmd + list(extra)
+
+
+SGLANG_OPEN_FILES = 65535
+"""The soft RLIMIT_NOFILE SGLang's start-up asks for."""
+
+
+def raise_open_files_limit() -> int:
+    """Raises this process's soft RLIMIT_NOFILE, which the server inherits, to
+    :data:`SGLANG_OPEN_FILES` or the hard limit if that is lower (only root can raise a hard
+    limit); returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = SGLANG_OPEN_FILES if hard == resource.RLIM_INFINITY else min(SGLANG_OPEN_FILES, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        return target
+    return soft
 
 
 def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -134,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model = demo.ensure(args.demo_arch)
     env = dict(os.environ)
     env.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+    raise_open_files_limit()
     cmd = server_command(extra, model)
     url = f"http://{_value(cmd, '--host')}:{_value(cmd, '--port')}"
     print("[serve] sglang " + " ".join(cmd[cmd.index("serve") :]), flush=True)

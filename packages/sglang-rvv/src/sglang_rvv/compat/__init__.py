@@ -79,177 +79,163 @@ class Gap:
 
 _TORCH26 = "torch 2.6 (Debian 13's, the only riscv64 torch) lacks it"
 _NO_RISCV64_BUILD = "not installed (no riscv64 build exists)"
+_RISCV64_STAND_INS = ("test_riscv64.py::test_stand_ins_in_the_simulation",)
+_RISCV64_ENV = ("test_compat.py::test_riscv64_rows_in_a_fresh_interpreter",)
+_TORCH_GAPS = ("test_riscv64.py::test_torch_gaps_are_filled_only_where_missing",)
+_GUARDS = ("test_riscv64.py::test_symbolic_shapes_guards",)
+
+
+def _stand_in(
+    module: str,
+    reason: str,
+    tests: tuple[str, ...] = _RISCV64_STAND_INS,
+    *,
+    spec: Callable[[str], importlib.machinery.ModuleSpec | None] = stand_ins.spec,
+    riscv64_only: bool = True,
+    condition: str = _NO_RISCV64_BUILD,
+) -> Gap:
+    """A row that serves a stand-in for ``module`` (riscv64, no build exists: by default)."""
+    return Gap(module, "stand-in", module, riscv64_only, condition, reason, tests, stand_in=spec)
+
+
+def _patch(
+    kind: Kind,
+    target: str,
+    name: str,
+    patch: Callable[[ModuleType], str | None],
+    condition: str,
+    reason: str,
+    tests: tuple[str, ...],
+    *,
+    riscv64_only: bool = True,
+) -> Gap:
+    """A row that wraps or adds ``target.name`` after ``target`` is imported."""
+    return Gap(f"{target}.{name}", kind, target, riscv64_only, condition, reason, tests, patch)
+
+
+def _env(variable: str, value: str, reason: str) -> Gap:
+    """A riscv64 row that sets ``variable`` to ``value`` where it is unset."""
+    return Gap(
+        f"{variable}={value}", "env", variable, True, "unset", reason, _RISCV64_ENV, value=value
+    )
+
 
 GAPS: tuple[Gap, ...] = (
-    Gap(
-        patched="sgl_kernel",
-        kind="stand-in",
-        target="sgl_kernel",
-        riscv64_only=False,
-        condition="no `sgl_kernel` installed (a real one always wins)",
-        reason=(
-            "SGLang's CPU mode imports sgl-kernel's Python module at module load (e.g. "
-            "`assign_req_to_token_pool_cpu`), before plugins run, and it has no CPU or riscv64 "
-            "build. The stand-in registers rvv-ops' `torch.ops.sgl_kernel` ops, implements the "
-            "two helpers used while serving with torch, and its speculative-decoding helpers "
-            "raise NotImplementedError"
-        ),
-        tests=(
+    _stand_in(
+        "sgl_kernel",
+        "SGLang's CPU mode imports sgl-kernel's Python module at module load (e.g. "
+        "`assign_req_to_token_pool_cpu`), before plugins run, and it has no CPU or riscv64 "
+        "build. The stand-in registers rvv-ops' `torch.ops.sgl_kernel` ops, implements the "
+        "two helpers used while serving with torch, and its speculative-decoding helpers "
+        "raise NotImplementedError",
+        (
             "test_shim.py::test_shim_serves_sgl_kernel_and_registers_the_ops",
             "test_shim.py::test_a_real_sgl_kernel_wins",
             "test_shim.py::test_every_name_sglang_imports_in_cpu_mode_exists",
         ),
-        stand_in=_sgl_kernel_spec,
-    ),
-    Gap(
-        patched=f"{sglang_checks.COMMON}.{sglang_checks.AMX_CHECK}",
-        kind="wrap",
-        target=sglang_checks.COMMON,
+        spec=_sgl_kernel_spec,
         riscv64_only=False,
-        condition="answers False only while `sgl_kernel` is the stand-in (matters on AMX CPUs)",
-        reason=(
-            "rvv-ops defines `torch.ops.sgl_kernel.convert_weight_packed`, which SGLang takes "
-            "as proof of sgl-kernel's CPU build: on an Intel AMX CPU it would then call dozens "
-            "of sgl-kernel ops rvv-ops does not have"
-        ),
-        tests=(
+        condition="no `sgl_kernel` installed (a real one always wins)",
+    ),
+    _patch(
+        "wrap",
+        sglang_checks.COMMON,
+        sglang_checks.AMX_CHECK,
+        sglang_checks.wrap_amx_check,
+        "answers False only while `sgl_kernel` is the stand-in (matters on AMX CPUs)",
+        "rvv-ops defines `torch.ops.sgl_kernel.convert_weight_packed`, which SGLang takes "
+        "as proof of sgl-kernel's CPU build: on an Intel AMX CPU it would then call dozens "
+        "of sgl-kernel ops rvv-ops does not have",
+        (
             "test_shim.py::test_sglang_does_not_take_the_stand_in_for_sgl_kernels_amx_build",
             "test_shim.py::test_a_real_sgl_kernel_keeps_sglangs_own_amx_check",
         ),
-        patch=sglang_checks.wrap_amx_check,
+        riscv64_only=False,
     ),
-    Gap(
-        patched="SGLANG_USE_CPU_ENGINE=1",
-        kind="env",
-        target="SGLANG_USE_CPU_ENGINE",
-        riscv64_only=True,
-        condition="unset",
-        reason="no GPU on riscv64: SGLang's `is_cpu()` and platform discovery read it",
-        tests=("test_compat.py::test_riscv64_rows_in_a_fresh_interpreter",),
-        value="1",
+    _env(
+        "SGLANG_USE_CPU_ENGINE",
+        "1",
+        "no GPU on riscv64: SGLang's `is_cpu()` and platform discovery read it",
     ),
-    Gap(
-        patched="USE_LIBUV=0",
-        kind="env",
-        target="USE_LIBUV",
-        riscv64_only=True,
-        condition="unset",
-        reason=(
-            "Debian's torch 2.6 has no libuv, and torch's TCP rendezvous (SGLang's scheduler "
-            "initialises torch.distributed even for one process) asks for the libuv store"
-        ),
-        tests=("test_compat.py::test_riscv64_rows_in_a_fresh_interpreter",),
-        value="0",
+    _env(
+        "USE_LIBUV",
+        "0",
+        "Debian's torch 2.6 has no libuv, and torch's TCP rendezvous (SGLang's scheduler "
+        "initialises torch.distributed even for one process) asks for the libuv store",
     ),
-    Gap(
-        patched=f"{sglang_checks.COMMON}.is_cpu",
-        kind="wrap",
-        target=sglang_checks.COMMON,
-        riscv64_only=True,
-        condition="also true with `SGLANG_USE_CPU_ENGINE=1`",
-        reason=(
-            "SGLang's own `is_cpu()` accepts only x86-64 and arm64, and many modules evaluate "
-            "it at import time"
-        ),
-        tests=("test_riscv64.py::test_is_cpu_patch",),
-        patch=sglang_checks.wrap_is_cpu,
+    _patch(
+        "wrap",
+        sglang_checks.COMMON,
+        "is_cpu",
+        sglang_checks.wrap_is_cpu,
+        "also true with `SGLANG_USE_CPU_ENGINE=1`",
+        "SGLang's own `is_cpu()` accepts only x86-64 and arm64, and many modules evaluate "
+        "it at import time",
+        ("test_riscv64.py::test_is_cpu_patch",),
     ),
-    Gap(
-        patched="triton",
-        kind="stand-in",
-        target="triton",
-        riscv64_only=True,
-        condition=_NO_RISCV64_BUILD,
-        reason=(
-            "SGLang imports it unconditionally to define GPU kernels, none of which runs on "
-            "the CPU engine; a stand-in kernel that is launched raises `StandInError`"
-        ),
-        tests=("test_riscv64.py::test_stand_ins_in_the_simulation",),
-        stand_in=stand_ins.spec,
+    _stand_in(
+        "triton",
+        "SGLang imports it unconditionally to define GPU kernels, none of which runs on "
+        "the CPU engine; a stand-in kernel that is launched raises `StandInError`",
     ),
-    Gap(
-        patched="tvm_ffi",
-        kind="stand-in",
-        target="tvm_ffi",
-        riscv64_only=True,
-        condition=_NO_RISCV64_BUILD,
-        reason="SGLang imports it for its CUDA JIT kernels (apache-tvm-ffi is an sdist only)",
-        tests=("test_riscv64.py::test_stand_ins_in_the_simulation",),
-        stand_in=stand_ins.spec,
+    _stand_in(
+        "tvm_ffi",
+        "SGLang imports it for its CUDA JIT kernels (apache-tvm-ffi is an sdist only)",
     ),
-    Gap(
-        patched="xgrammar",
-        kind="stand-in",
-        target="xgrammar",
-        riscv64_only=True,
-        condition=_NO_RISCV64_BUILD,
-        reason=(
-            "SGLang's function-call parsers import it at module level (the detokenizer loads "
-            "them); xgrammar is an sdist only. Grammar-constrained decoding through it is "
-            "unavailable: the riscv64 platform defaults to `--grammar-backend none`"
-        ),
-        tests=("test_riscv64.py::test_stand_ins_in_the_simulation",),
-        stand_in=stand_ins.spec,
+    _stand_in(
+        "xgrammar",
+        "SGLang's function-call parsers import it at module level (the detokenizer loads "
+        "them); xgrammar is an sdist only. Grammar-constrained decoding through it is "
+        "unavailable: the riscv64 platform defaults to `--grammar-backend none`",
     ),
-    Gap(
-        patched="torch.float8_e8m0fnu",
-        kind="add",
-        target="torch",
-        riscv64_only=True,
-        condition=_TORCH26,
-        reason=(
-            "SGLang's MoE and quantisation modules name the dtype (and its `itemsize`) at "
-            "import; the placeholder equals no real dtype and cannot make a tensor"
-        ),
-        tests=("test_riscv64.py::test_torch_gaps_are_filled_only_where_missing",),
-        patch=torch_gaps.dtype_placeholder("float8_e8m0fnu", 1),
+    _patch(
+        "add",
+        "torch",
+        "float8_e8m0fnu",
+        torch_gaps.dtype_placeholder("float8_e8m0fnu", 1),
+        _TORCH26,
+        "SGLang's MoE and quantisation modules name the dtype (and its `itemsize`) at "
+        "import; the placeholder equals no real dtype and cannot make a tensor",
+        _TORCH_GAPS,
     ),
-    Gap(
-        patched="torch.float4_e2m1fn_x2",
-        kind="add",
-        target="torch",
-        riscv64_only=True,
-        condition=_TORCH26,
-        reason="as `torch.float8_e8m0fnu`",
-        tests=("test_riscv64.py::test_torch_gaps_are_filled_only_where_missing",),
-        patch=torch_gaps.dtype_placeholder("float4_e2m1fn_x2", 1),
+    _patch(
+        "add",
+        "torch",
+        "float4_e2m1fn_x2",
+        torch_gaps.dtype_placeholder("float4_e2m1fn_x2", 1),
+        _TORCH26,
+        "as `torch.float8_e8m0fnu`",
+        _TORCH_GAPS,
     ),
-    Gap(
-        patched="torch.accelerator.current_accelerator",
-        kind="wrap",
-        target="torch",
-        riscv64_only=True,
-        condition="torch's takes no `check_available` (torch 2.6)",
-        reason=(
-            "SGLang calls the torch 2.14 form `current_accelerator(check_available=...)`; "
-            "torch 2.6's also raises when there is no accelerator"
-        ),
-        tests=("test_riscv64.py::test_torch_gaps_are_filled_only_where_missing",),
-        patch=torch_gaps.current_accelerator,
+    _patch(
+        "wrap",
+        "torch",
+        "accelerator.current_accelerator",
+        torch_gaps.current_accelerator,
+        "torch's takes no `check_available` (torch 2.6)",
+        "SGLang calls the torch 2.14 form `current_accelerator(check_available=...)`; "
+        "torch 2.6's also raises when there is no accelerator",
+        _TORCH_GAPS,
     ),
-    Gap(
-        patched=f"{SYMBOLIC_SHAPES}.guard_or_false",
-        kind="add",
-        target=SYMBOLIC_SHAPES,
-        riscv64_only=True,
-        condition=_TORCH26 + " (torch 2.7 API)",
-        reason=(
-            "SGLang's element-wise kernels module imports it; its MoE models import that "
-            "module, and the HTTP server imports those. Same meaning: the boolean, or the "
-            "default when it depends on data a tracer does not have"
-        ),
-        tests=("test_riscv64.py::test_symbolic_shapes_guards",),
-        patch=torch_gaps.guard_or("guard_or_false", False),
+    _patch(
+        "add",
+        SYMBOLIC_SHAPES,
+        "guard_or_false",
+        torch_gaps.guard_or("guard_or_false", False),
+        _TORCH26 + " (torch 2.7 API)",
+        "SGLang's element-wise kernels module imports it; its MoE models import that "
+        "module, and the HTTP server imports those. Same meaning: the boolean, or the "
+        "default when it depends on data a tracer does not have",
+        _GUARDS,
     ),
-    Gap(
-        patched=f"{SYMBOLIC_SHAPES}.guard_or_true",
-        kind="add",
-        target=SYMBOLIC_SHAPES,
-        riscv64_only=True,
-        condition=_TORCH26 + " (torch 2.7 API)",
-        reason="as `guard_or_false`",
-        tests=("test_riscv64.py::test_symbolic_shapes_guards",),
-        patch=torch_gaps.guard_or("guard_or_true", True),
+    _patch(
+        "add",
+        SYMBOLIC_SHAPES,
+        "guard_or_true",
+        torch_gaps.guard_or("guard_or_true", True),
+        _TORCH26 + " (torch 2.7 API)",
+        "as `guard_or_false`",
+        _GUARDS,
     ),
 )
 

@@ -72,6 +72,14 @@ QUIET: tuple[Quiet, ...] = (
     ),
     Quiet(
         "log",
+        "sglang.srt.utils.common",
+        "Fail to set RLIMIT_NOFILE",
+        "SGLang asks for a soft limit of 65535 open files and logs this when the hard limit "
+        "is lower, which only root can raise; the server runs with the limit it has "
+        "(`python -m sglang_rvv.serve` first raises the soft limit up to the hard one)",
+    ),
+    Quiet(
+        "log",
         "sglang.srt.entrypoints.openai.serving_rerank",
         "Using fallback token IDs for yes/no",
         "only the /v1/rerank endpoint uses these token ids, and only for reranker models",
