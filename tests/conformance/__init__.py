@@ -3,6 +3,8 @@
 (:mod:`conformance.reference`) and one case matrix with the batch builders
 (:mod:`conformance.cases`), run against every attention implementation by ``test_ops.py``
 (the rvv-ops ops), ``test_attention.py`` (rvv-attention's kernel and fallback paths) and
-``test_sglang_backend.py`` (SGLang's ``rvv`` backend on hand-built ForwardBatches).
+``test_sglang_backend.py`` (SGLang's ``rvv`` backend on hand-built ForwardBatches), and by
+rvv-kernels' torch-free C++ attention tests through the case files
+:mod:`conformance.kernel_cases` writes (inputs, expected outputs and tolerances).
 :mod:`conformance.fixtures` holds the fixtures these files share with the packages' tests
 (the active rvv-ops variant, rvv-attention's selection state)."""

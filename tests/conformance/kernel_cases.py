@@ -148,6 +148,7 @@ def describe(c: DecodeCase | ExtendCase) -> str:
 def decode_cases() -> list[DecodeCase]:
     """The decode cases, by group (the C++ test that runs them)."""
     out: list[DecodeCase] = []
+    case = DecodeCase
 
     g = "decode_attention_head_sizes_and_gqa"
     # Head sizes off the vector width (20 / 12: 8-lane tails on AVX2); groups of 1 to 10
@@ -155,30 +156,20 @@ def decode_cases() -> list[DecodeCase]:
     # as 6 + 1, 6 + 2, 6 + 3 and 6 + 4 and 5 is its own form); odd KV head counts (3, 5),
     # whose last task has one KV head, not a pair.
     dims: Pairs = ((16, 16), (20, 12), (64, 64), (80, 80), (96, 64), (128, 128), (256, 256))
-    heads: Pairs = (
-        (12, 2),
-        (7, 1),
-        (4, 4),
-        (8, 1),
-        (14, 2),
-        (10, 2),
-        (9, 1),
-        (20, 2),
-        (15, 3),
-        (5, 5),
-    )
+    heads: Pairs = ((12, 2), (7, 1), (4, 4), (8, 1), (14, 2), (10, 2), (9, 1), (20, 2), (15, 3),
+                    (5, 5))  # fmt: skip
     seed = 10
     for d, dv in dims:
         for hq, hkv in heads:
             seed += 1
-            out.append(DecodeCase(g, seed, hq, hkv, d, dv, (17, 1, 70), F32, F32))
+            out.append(case(g, seed, hq, hkv, d, dv, (17, 1, 70), F32, F32))
     # A bf16 cache: x86_avx2 reads bf16 rows whose size is a multiple of 16 in pairs (q and
     # the P.V accumulators in pair order), others element-wise; sizes of both kinds, K and
     # V of different kinds, every per-step head count.
     for d, dv in ((20, 12), (80, 80), (96, 40), (40, 96)):
         for hq, hkv in ((12, 2), (9, 1), (10, 2), (8, 2), (8, 1), (5, 1)):
             seed += 1
-            out.append(DecodeCase(g, seed, hq, hkv, d, dv, (17, 1, 70), F32, BF16))
+            out.append(case(g, seed, hq, hkv, d, dv, (17, 1, 70), F32, BF16))
     # bf16 q over a bf16 cache: x86_avx512_bf16 takes q.k by bf16 dot products where the
     # head size is a multiple of 32 (up to 4 heads x 4 keys at a time, so groups of 1 to 9
     # run every per-pass head count and key tails), and the AVX-512 P.V reads bf16 V rows
@@ -187,7 +178,7 @@ def decode_cases() -> list[DecodeCase]:
     for d, dv in dot_dims:
         for hq, hkv in ((12, 2), (7, 1), (5, 1), (3, 1), (1, 1), (8, 1), (18, 2)):
             seed += 1
-            out.append(DecodeCase(g, seed, hq, hkv, d, dv, (17, 1, 70, 3), BF16, BF16))
+            out.append(case(g, seed, hq, hkv, d, dv, (17, 1, 70, 3), BF16, BF16))
 
     g = "decode_attention_bf16_aligned_rows"
     # bf16 caches with unpadded rows, as SGLang's pools have them: RVV reads these rows in
@@ -195,72 +186,31 @@ def decode_cases() -> list[DecodeCase]:
     # to 64 keys in VLEN / 16 at a time) and both products for up to 6 heads at a time, so
     # groups of 1 to 10 run every pass size and remainder; odd head sizes (the generic
     # forms) and odd KV head counts too; fp32 and bf16 q.
-    dims = (
-        (2, 2),
-        (20, 12),
-        (64, 64),
-        (80, 80),
-        (96, 40),
-        (128, 128),
-        (256, 256),
-        (15, 15),
-        (576, 512),
-    )
-    heads = (
-        (12, 2),
-        (7, 1),
-        (4, 4),
-        (8, 1),
-        (1, 1),
-        (2, 1),
-        (10, 2),
-        (9, 1),
-        (15, 3),
-        (5, 5),
-        (18, 2),
-    )
+    dims = ((2, 2), (20, 12), (64, 64), (80, 80), (96, 40), (128, 128), (256, 256), (15, 15),
+            (576, 512))  # fmt: skip
+    heads = ((12, 2), (7, 1), (4, 4), (8, 1), (1, 1), (2, 1), (10, 2), (9, 1), (15, 3), (5, 5),
+             (18, 2))  # fmt: skip
     seed = 500
     for d, dv in dims:
         for hq, hkv in heads:
             for qd in (F32, BF16):
                 seed += 1
-                out.append(
-                    DecodeCase(g, seed, hq, hkv, d, dv, (17, 1, 70, 3), qd, BF16, padded=False)
-                )
+                out.append(case(g, seed, hq, hkv, d, dv, (17, 1, 70, 3), qd, BF16, padded=False))
     # Context lengths around the key blocks, one and three splits of the same inputs.
     for n in (0, 1, 2, 63, 64, 65, 257, 1000):
         seed += 1
-        out.append(
-            DecodeCase(g, seed, 12, 2, 128, 128, (n, 5), BF16, BF16, splits=(1, 3), padded=False)
-        )
-    seed += 1
-    out.append(
-        DecodeCase(
-            g,
-            seed,
-            7,
-            1,
-            64,
-            64,
-            (0, 1, 200, 65),
-            BF16,
-            BF16,
-            cap=30.0,
-            window=64,
-            sinks=True,
-            splits=(3,),
-            padded=False,
-        )
-    )
+        out.append(case(g, seed, 12, 2, 128, 128, (n, 5), BF16, BF16, splits=(1, 3), padded=False))
+    out.append(case(g, seed + 1, 7, 1, 64, 64, (0, 1, 200, 65), BF16, BF16, cap=30.0, window=64,
+                    sinks=True, splits=(3,), padded=False))  # fmt: skip
 
     g = "decode_attention_context_lengths"
     # Lengths around the key blocks and splits, up to more keys than any split holds.
     seed = 100
     for n in (0, 1, 2, 17, 63, 64, 65, 255, 256, 257, 1000, 4097):
         seed += 1
-        out.append(DecodeCase(g, seed, 6, 2, 64, 64, (n,), F32, BF16, splits=(1, 3, 8)))
-    seed += 1
-    out.append(DecodeCase(g, seed, 12, 2, 128, 128, (1, 2, 17, 255, 256, 257, 1000, 9), BF16, BF16))
+        out.append(case(g, seed, 6, 2, 64, 64, (n,), F32, BF16, splits=(1, 3, 8)))
+    lens = (1, 2, 17, 255, 256, 257, 1000, 9)
+    out.append(case(g, seed + 1, 12, 2, 128, 128, lens, BF16, BF16))
 
     g = "decode_attention_dtypes"
     # Every query dtype over every 16/32-bit cache dtype, int32 and int64 req_to_token.
@@ -269,9 +219,8 @@ def decode_cases() -> list[DecodeCase]:
         for kd in (F32, BF16, F16):
             for r2t64 in (False, True):
                 seed += 1
-                out.append(
-                    DecodeCase(g, seed, 6, 3, 48, 40, (33, 130), qd, kd, splits=(2,), r2t64=r2t64)
-                )
+                out.append(case(g, seed, 6, 3, 48, 40, (33, 130), qd, kd, splits=(2,),
+                                r2t64=r2t64))  # fmt: skip
 
     g = "decode_attention_quantised_caches"
     # fp8 (per-tensor scales) and int8 (per-token, per-head scales) caches, every q dtype.
@@ -279,13 +228,9 @@ def decode_cases() -> list[DecodeCase]:
     for kd in (E4M3, E5M2, I8):
         for qd in (F32, BF16, F16):
             seed += 1
-            out.append(DecodeCase(g, seed, 12, 2, 128, 128, (1, 77, 300), qd, kd, splits=(3,)))
-    seed += 1
-    out.append(
-        DecodeCase(
-            g, seed, 7, 1, 80, 80, (5, 129), BF16, I8, cap=20.0, window=50, sinks=True, splits=(2,)
-        )
-    )
+            out.append(case(g, seed, 12, 2, 128, 128, (1, 77, 300), qd, kd, splits=(3,)))
+    out.append(case(g, seed + 1, 7, 1, 80, 80, (5, 129), BF16, I8, cap=20.0, window=50,
+                    sinks=True, splits=(2,)))  # fmt: skip
 
     g = "decode_attention_features"
     # Logit cap x sliding window x sinks, over requests shorter and longer than the window.
@@ -294,26 +239,11 @@ def decode_cases() -> list[DecodeCase]:
         for window in (0, 1, 5, 64, 300):
             for sinks in (False, True):
                 seed += 1
-                out.append(
-                    DecodeCase(
-                        g,
-                        seed,
-                        7,
-                        1,
-                        64,
-                        64,
-                        (0, 1, 200, 65),
-                        BF16,
-                        BF16,
-                        cap=cap,
-                        window=window,
-                        sinks=sinks,
-                        splits=(3,),
-                    )
-                )
+                out.append(case(g, seed, 7, 1, 64, 64, (0, 1, 200, 65), BF16, BF16, cap=cap,
+                                window=window, sinks=sinks, splits=(3,)))  # fmt: skip
 
     # MLA's shape: one KV head of 576 (K) / 512 (V).
-    out.append(DecodeCase("decode_attention_mla_shape", 400, 16, 1, 576, 512, (1, 300), BF16, BF16))
+    out.append(case("decode_attention_mla_shape", 400, 16, 1, 576, 512, (1, 300), BF16, BF16))
     return out
 
 
@@ -322,6 +252,7 @@ def extend_cases() -> list[ExtendCase]:
     scores (q transposed, or dot products for tasks with few query rows) and head sizes
     that are not multiples of its tiles run at every VLEN."""
     out: list[ExtendCase] = []
+    case = ExtendCase
 
     g = "extend_attention_head_sizes_and_gqa"
     # Every head size with two of the GQA ratios, each ratio with three sizes.
@@ -332,22 +263,22 @@ def extend_cases() -> list[ExtendCase]:
         for k in range(2):
             hq, hkv = heads[(2 * di + k + di // 2) % 4]
             seed += 1
-            out.append(ExtendCase(g, seed, hq, hkv, d, dv, ((17, 20), (0, 3)), F32, F32))
+            out.append(case(g, seed, hq, hkv, d, dv, ((17, 20), (0, 3)), F32, F32))
     # Head sizes that are not multiples of 8 (the kernel takes keys' elements in tiles of
     # 8 when the query rows span several vectors; 12 x 25 rows do at every VLEN up to 1024).
     for d, dv in ((4, 6), (36, 20), (100, 36)):
         seed += 1
-        out.append(ExtendCase(g, seed, 12, 1, d, dv, ((10, 25), (0, 3)), BF16, BF16))
+        out.append(case(g, seed, 12, 1, d, dv, ((10, 25), (0, 3)), BF16, BF16))
 
     g = "extend_attention_lengths"
     # Every prefix length {0, 1, 17, 255, 256, 257} with several extend lengths {1, 2, 17,
     # 31, 32, 33, 100}, in two mixed batches (each with an empty request).
     a = ((0, 1), (1, 2), (17, 17), (255, 31), (256, 32), (257, 33), (0, 100), (3, 0))
     b = ((256, 17), (0, 0), (0, 33), (257, 1), (17, 100), (1, 31), (255, 2), (0, 32))
-    out.append(ExtendCase(g, 101, 2, 1, 16, 16, a, BF16, BF16))
-    out.append(ExtendCase(g, 102, 3, 1, 16, 24, b, BF16, BF16, r2t64=True))
-    out.append(ExtendCase(g, 103, 2, 2, 24, 16, b, F32, F32, causal=False))
-    out.append(ExtendCase(g, 104, 2, 1, 16, 16, a, F16, I8, window=100, sinks=True, r2t64=True))
+    out.append(case(g, 101, 2, 1, 16, 16, a, BF16, BF16))
+    out.append(case(g, 102, 3, 1, 16, 24, b, BF16, BF16, r2t64=True))
+    out.append(case(g, 103, 2, 2, 24, 16, b, F32, F32, causal=False))
+    out.append(case(g, 104, 2, 1, 16, 16, a, F16, I8, window=100, sinks=True, r2t64=True))
 
     g = "extend_attention_dtypes"
     # Every activation dtype with every cache dtype; int32 and int64 req_to_token.
@@ -355,87 +286,41 @@ def extend_cases() -> list[ExtendCase]:
     for ad in (F32, BF16, F16):
         for kd in (F32, BF16, F16, E4M3, E5M2, I8):
             seed += 1
-            out.append(
-                ExtendCase(g, seed, 4, 2, 48, 40, ((40, 10), (0, 5), (20, 3)), ad, kd, r2t64=r2t64)
-            )
+            reqs: Pairs = ((40, 10), (0, 5), (20, 3))
+            out.append(case(g, seed, 4, 2, 48, 40, reqs, ad, kd, r2t64=r2t64))
             r2t64 = not r2t64
 
     g = "extend_attention_quantised_caches"
-    out.append(ExtendCase(g, 251, 12, 2, 128, 128, ((77, 10), (300, 1)), BF16, E4M3))
-    out.append(ExtendCase(g, 252, 4, 2, 64, 64, ((77, 10), (300, 2)), F16, E5M2))
-    out.append(ExtendCase(g, 253, 4, 2, 64, 64, ((77, 10), (300, 2)), BF16, I8))
-    out.append(
-        ExtendCase(
-            g, 254, 7, 1, 80, 80, ((5, 35), (129, 3)), BF16, I8, cap=20.0, window=50, sinks=True
-        )
-    )
+    out.append(case(g, 251, 12, 2, 128, 128, ((77, 10), (300, 1)), BF16, E4M3))
+    out.append(case(g, 252, 4, 2, 64, 64, ((77, 10), (300, 2)), F16, E5M2))
+    out.append(case(g, 253, 4, 2, 64, 64, ((77, 10), (300, 2)), BF16, I8))
+    out.append(case(g, 254, 7, 1, 80, 80, ((5, 35), (129, 3)), BF16, I8, cap=20.0, window=50,
+                    sinks=True))  # fmt: skip
 
     g = "extend_attention_features"
     # Windows {none, 1, 5, 64} x {sinks or not} x {causal or not}, the logit cap {none,
     # 1.5, 30} rotating over them, plus every cap with window and sinks. (Tasks with few
     # query rows compute scores by dot products, the others with q transposed: both run.)
     seed = 300
-    reqs: Pairs = ((0, 35), (20, 33), (0, 0), (70, 3))
+    reqs = ((0, 35), (20, 33), (0, 0), (70, 3))
     caps = (0.0, 1.5, 30.0)
-    n = 0
-    for window in (0, 1, 5, 64):
-        for mode in range(4):
-            seed += 1
-            out.append(
-                ExtendCase(
-                    g,
-                    seed,
-                    3,
-                    1,
-                    16,
-                    16,
-                    reqs,
-                    BF16,
-                    BF16,
-                    cap=caps[n % 3],
-                    window=window,
-                    sinks=mode & 1 != 0,
-                    causal=mode & 2 == 0,
-                )
-            )
-            n += 1
+    for n, (window, mode) in enumerate((w, m) for w in (0, 1, 5, 64) for m in range(4)):
+        out.append(case(g, seed + 1 + n, 3, 1, 16, 16, reqs, BF16, BF16, cap=caps[n % 3],
+                        window=window, sinks=mode & 1 != 0, causal=mode & 2 == 0))  # fmt: skip
+    seed += 16
     for cap in caps:
         seed += 1
-        out.append(
-            ExtendCase(g, seed, 6, 2, 32, 32, reqs, BF16, BF16, cap=cap, window=5, sinks=True)
-        )
+        out.append(case(g, seed, 6, 2, 32, 32, reqs, BF16, BF16, cap=cap, window=5, sinks=True))
     # One head per group and D = 64: the blocks of 32 tokens take the transposed-q path and
     # the tails of up to 6 tokens the dot-product path, at every VLEN.
     tails = ((0, 34), (20, 6), (0, 0), (70, 3))
-    n = 0
-    for window in (0, 5):
-        for mode in range(4):
-            seed += 1
-            out.append(
-                ExtendCase(
-                    g,
-                    seed,
-                    2,
-                    2,
-                    64,
-                    64,
-                    tails,
-                    BF16,
-                    BF16,
-                    cap=caps[n % 3],
-                    window=window,
-                    sinks=mode & 1 != 0,
-                    causal=mode & 2 == 0,
-                )
-            )
-            n += 1
+    for n, (window, mode) in enumerate((w, m) for w in (0, 5) for m in range(4)):
+        out.append(case(g, seed + 1 + n, 2, 2, 64, 64, tails, BF16, BF16, cap=caps[n % 3],
+                        window=window, sinks=mode & 1 != 0, causal=mode & 2 == 0))  # fmt: skip
 
     # MLA's shape: one KV head of 576 (K) / 512 (V).
-    out.append(
-        ExtendCase(
-            "extend_attention_mla_shape", 400, 16, 1, 576, 512, ((20, 9), (0, 2)), BF16, BF16
-        )
-    )
+    reqs = ((20, 9), (0, 2))
+    out.append(case("extend_attention_mla_shape", 400, 16, 1, 576, 512, reqs, BF16, BF16))
 
     g = "extend_attention_bf16_blocks"
     # bf16 q with a bf16 cache at head sizes that are multiples of 32 (the x86_amx
@@ -443,20 +328,17 @@ def extend_cases() -> list[ExtendCase]:
     # blocks, extends around the 32-token tasks, query rows per task not a multiple of the
     # 16-row tiles (GQA 6 and 7), and the features that act on the scores.
     reqs = ((0, 1), (1, 31), (63, 32), (64, 33), (65, 2), (0, 0), (130, 70), (0, 97))
-    out.append(ExtendCase(g, 501, 12, 2, 128, 128, reqs, BF16, BF16))
-    out.append(ExtendCase(g, 502, 7, 1, 64, 96, reqs, BF16, BF16, causal=False))
-    out.append(
-        ExtendCase(
-            g, 503, 6, 3, 96, 64, reqs, BF16, BF16, cap=30.0, window=40, sinks=True, r2t64=True
-        )
-    )
-    out.append(ExtendCase(g, 504, 5, 5, 32, 32, reqs, BF16, BF16, window=1))
+    out.append(case(g, 501, 12, 2, 128, 128, reqs, BF16, BF16))
+    out.append(case(g, 502, 7, 1, 64, 96, reqs, BF16, BF16, causal=False))
+    out.append(case(g, 503, 6, 3, 96, 64, reqs, BF16, BF16, cap=30.0, window=40, sinks=True,
+                    r2t64=True))  # fmt: skip
+    out.append(case(g, 504, 5, 5, 32, 32, reqs, BF16, BF16, window=1))
     # The same tasks over other cache contents just before: one request and KV head, so
     # every task of both calls reads the same whole block of 128 keys.
-    out.append(ExtendCase(g, 505, 6, 1, 128, 128, ((200, 40),), BF16, BF16, rerun=True))
+    out.append(case(g, 505, 6, 1, 128, 128, ((200, 40),), BF16, BF16, rerun=True))
     # Per-tensor cache scales (the x86_amx variant leaves these to the fp32 path).
-    out.append(ExtendCase(g, 506, 12, 2, 128, 128, reqs, BF16, BF16, scaled=True))
-    out.append(ExtendCase(g, 507, 4, 2, 64, 64, reqs, F32, F32, r2t64=True, scaled=True))
+    out.append(case(g, 506, 12, 2, 128, 128, reqs, BF16, BF16, scaled=True))
+    out.append(case(g, 507, 4, 2, 64, 64, reqs, F32, F32, r2t64=True, scaled=True))
     return out
 
 

@@ -186,10 +186,10 @@ inline void check_output(Context& ctx, CaseFile& f, const ref::Buffer& o, std::i
                                 (long long)(i % stride_row / stride_head),
                                 (long long)(i % stride_row % stride_head));
   ctx.fail(__FILE__, __LINE__,
-           fmt("%s [%s] %s: %zu of %zu elements wrong; first at %s: got %.8g want %.8g +- %.3g "
+           fmt("%s [%s]%s%s: %zu of %zu elements wrong; first at %s: got %.8g want %.8g +- %.3g "
                "(max error %.3g)",
                std::filesystem::path(f.path).filename().c_str(), f.text("name").c_str(),
-               run.c_str(), bad, o.size(), where.c_str(), o.get(first),
+               run.empty() ? "" : " ", run.c_str(), bad, o.size(), where.c_str(), o.get(first),
                static_cast<double>(want[first]), static_cast<double>(tol[first]), worst));
 }
 
