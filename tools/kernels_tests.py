@@ -5,7 +5,7 @@ variants whose behaviour that emulated CPU adds (``RVVK_TEST_VARIANTS``): portab
 no vector instruction, so the same at every VLEN) once, rvv at every VLEN, rvv_zvfh with
 Zvfh. Testing every runnable variant in every run took ~2.3x as long: portable was 55% of a
 VLEN 256 run's 417 s. Each run prints one summary line such as
-``RVV vlen=256 zvfh=off: 34 passed, 0 failed``.
+``RVV vlen=256 zvfh=off: 36 passed, 0 failed``.
 
 The attention tests take their cases, inputs and expected outputs from the conformance
 suite (``tests/conformance/kernel_cases.py``, which needs torch): they are written once into

@@ -394,23 +394,51 @@ def _scalars(**values: int | float) -> Sections:
     ]
 
 
-def _cache_sections(c: DecodeCase | ExtendCase, pool: KvPool) -> Sections:
+def _sections(
+    c: DecodeCase | ExtendCase,
+    pool: KvPool,
+    *,
+    seq_lens: list[int],
+    sm_scale: float,
+    scales: tuple[float, float],
+    sinks: Tensor,
+    expected: Tensor,
+    tolerance: Tensor,
+) -> Sections:
+    """The sections decode and extend share: the case's name, the cache and table, the
+    shapes, the score features and the expected output with its tolerance (flat)."""
     out: Sections = [
+        ("name", describe(c)),
         ("k_cache", allocation(pool.k)),
         ("v_cache", allocation(pool.v)),
         ("req_to_token", pool.req_to_token),
         ("req_pool_indices", pool.req_pool_indices.long()),
+        ("seq_lens", torch.tensor(seq_lens, dtype=torch.int64)),
+        ("expected", expected.float()),
+        ("tolerance", tolerance.float()),
     ]
     out += _scalars(
+        batch=len(seq_lens),
+        num_heads=c.hq,
+        num_kv_heads=c.hkv,
+        head_dim=c.d,
+        head_dim_v=c.dv,
         k_cache_stride_t=pool.k.stride(0),
         k_cache_stride_h=pool.k.stride(1),
         v_cache_stride_t=pool.v.stride(0),
         v_cache_stride_h=pool.v.stride(1),
         req_to_token_stride=pool.req_to_token.stride(0),
+        window=c.window,
+        sm_scale=sm_scale,
+        logit_cap=c.cap,
+        k_scale=scales[0],
+        v_scale=scales[1],
     )
     if pool.k_scales is not None and pool.v_scales is not None:
         out += [("k_scales", pool.k_scales), ("v_scales", pool.v_scales)]
         out += _scalars(scales_stride=pool.k_scales.stride(0))
+    if c.sinks:
+        out.append(("sinks", sinks))
     return out
 
 
@@ -426,42 +454,18 @@ def decode_sections(c: DecodeCase) -> Sections:
     for b, n in enumerate(c.lens):
         k, v = pool.keys(b, 0, n)
         expected[b] = attention(
-            q[b : b + 1],
-            k,
-            v,
-            torch.tensor([n - 1]),
-            sm_scale=sm_scale,
-            window=window_of_ops(c.window),
-            logit_cap=c.cap,
-            sinks=sinks if c.sinks else None,
-        )[0]
-    out: Sections = [("name", describe(c)), ("q", q.flatten())]
-    out += _cache_sections(c, pool)
-    out += _scalars(
-        batch=batch,
-        num_heads=c.hq,
-        num_kv_heads=c.hkv,
-        head_dim=c.d,
-        head_dim_v=c.dv,
-        q_stride_b=c.hq * c.d,
-        q_stride_h=c.d,
-        o_stride_b=c.hq * c.dv,
-        o_stride_h=c.dv,
-        window=c.window,
-        sm_scale=sm_scale,
-        logit_cap=c.cap,
-        k_scale=pool.k_scale,
-        v_scale=pool.v_scale,
-    )
-    out += [
-        ("seq_lens", torch.tensor(c.lens, dtype=torch.int64)),
-        ("splits", torch.tensor(c.splits, dtype=torch.int64)),
-        ("o_dtype", _name(c.q_dtype)),
-        ("expected", expected.flatten().float()),
-        ("tolerance", allowed_error(expected, c.q_dtype).flatten().float()),
-    ]
-    if c.sinks:
-        out.append(("sinks", sinks))
+            q[b : b + 1], k, v, torch.tensor([n - 1]), sm_scale=sm_scale,
+            window=window_of_ops(c.window), logit_cap=c.cap, sinks=sinks if c.sinks else None,
+        )[0]  # fmt: skip
+    out = _sections(
+        c, pool, seq_lens=list(c.lens), sm_scale=sm_scale, scales=(pool.k_scale, pool.v_scale),
+        sinks=sinks, expected=expected.flatten(),
+        tolerance=allowed_error(expected, c.q_dtype).flatten(),
+    )  # fmt: skip
+    out += [("q", q.flatten()), ("splits", torch.tensor(c.splits, dtype=torch.int64)),
+            ("o_dtype", _name(c.q_dtype))]  # fmt: skip
+    out += _scalars(q_stride_b=c.hq * c.d, q_stride_h=c.d, o_stride_b=c.hq * c.dv,
+                    o_stride_h=c.dv)  # fmt: skip
     return out
 
 
@@ -483,9 +487,8 @@ def extend_sections(c: ExtendCase) -> Sections:
     k = padded_view(torch.randn(tokens, c.hkv, c.d, generator=g).to(c.dtype), 0, 2)
     v = padded_view(torch.randn(tokens, c.hkv, c.dv, generator=g).to(c.dtype), 0, 1)
     # The output, NaN but where the kernel writes.
-    expected = padded_view(
-        torch.full((tokens, c.hq, c.dv), math.nan, dtype=torch.float64), 2, 1, math.nan
-    )
+    nan = torch.full((tokens, c.hq, c.dv), math.nan, dtype=torch.float64)
+    expected = padded_view(nan, 2, 1, math.nan)
     slack = torch.zeros_like(expected)
     sinks = _uniform(g, c.hq, -2.0, 2.0)
     sm_scale = float(torch.tensor(1.0 / math.sqrt(c.d), dtype=F32))
@@ -511,47 +514,26 @@ def extend_sections(c: ExtendCase) -> Sections:
         if p_bf16:
             slack[rows] = p_rounding_slack(*args, **kw).double()
     tolerance = padded_view(allowed_error(expected, c.dtype, slack), 2, 1)
-    max_ext = max(e for _, e in c.reqs)
-    out: Sections = [
-        ("name", describe(c)),
+    out = _sections(
+        c, pool, seq_lens=[p + e for p, e in c.reqs], sm_scale=sm_scale,
+        scales=(k_scale, v_scale), sinks=sinks, expected=allocation(expected),
+        tolerance=allocation(tolerance),
+    )  # fmt: skip
+    out += [
         ("q", allocation(q)),
         ("k", allocation(k)),
         ("v", allocation(v)),
-    ]
-    out += _cache_sections(c, pool)
-    out += _scalars(
-        batch=len(c.reqs),
-        num_heads=c.hq,
-        num_kv_heads=c.hkv,
-        head_dim=c.d,
-        head_dim_v=c.dv,
-        # more blocks than needed in every other case: tasks past the requests' ends
-        max_extend_len=max_ext + (33 if c.seed % 2 else 0),
-        q_stride_t=q.stride(0),
-        q_stride_h=q.stride(1),
-        k_stride_t=k.stride(0),
-        k_stride_h=k.stride(1),
-        v_stride_t=v.stride(0),
-        v_stride_h=v.stride(1),
-        o_stride_t=expected.stride(0),
-        o_stride_h=expected.stride(1),
-        window=c.window,
-        causal=int(c.causal),
-        sm_scale=sm_scale,
-        logit_cap=c.cap,
-        k_scale=k_scale,
-        v_scale=v_scale,
-    )
-    out += [
-        ("seq_lens", torch.tensor([p + e for p, e in c.reqs], dtype=torch.int64)),
         ("extend_seq_lens", torch.tensor([e for _, e in c.reqs], dtype=torch.int64)),
         ("extend_start_loc", torch.tensor(starts, dtype=torch.int64)),
         ("o_dtype", _name(c.dtype)),
-        ("expected", allocation(expected).float()),
-        ("tolerance", allocation(tolerance).float()),
     ]
-    if c.sinks:
-        out.append(("sinks", sinks))
+    out += _scalars(
+        # more blocks than needed in every other case: tasks past the requests' ends
+        max_extend_len=max(e for _, e in c.reqs) + (33 if c.seed % 2 else 0),
+        q_stride_t=q.stride(0), q_stride_h=q.stride(1), k_stride_t=k.stride(0),
+        k_stride_h=k.stride(1), v_stride_t=v.stride(0), v_stride_h=v.stride(1),
+        o_stride_t=expected.stride(0), o_stride_h=expected.stride(1), causal=int(c.causal),
+    )  # fmt: skip
     if c.rerun:
         other = _pool(c, gen(c.seed + 10_000), prefixes, 3)
         out += [("rerun_k_cache", allocation(other.k)), ("rerun_v_cache", allocation(other.v))]

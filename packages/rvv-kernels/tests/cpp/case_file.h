@@ -154,6 +154,23 @@ inline rvvk::KvCache read_cache(CaseFile& f) {
   return c;
 }
 
+// The arguments decode and extend share: shapes, cache, requests, score features.
+template <class Args>
+void read_common_args(Args& a, CaseFile& f) {
+  a.batch = f.i64("batch");
+  a.num_heads = f.i64("num_heads");
+  a.num_kv_heads = f.i64("num_kv_heads");
+  a.head_dim = f.i64("head_dim");
+  a.head_dim_v = f.i64("head_dim_v");
+  a.cache = read_cache(f);
+  a.req_pool_indices = f.ptr<const std::int64_t>("req_pool_indices", "i64");
+  a.seq_lens = f.ptr<const std::int64_t>("seq_lens", "i64");
+  a.sm_scale = f.f32("sm_scale");
+  a.logit_cap = f.f32("logit_cap");
+  a.window = f.i64("window");
+  a.sinks = f.has("sinks") ? f.ptr<const float>("sinks", "f32") : nullptr;
+}
+
 // An output buffer of the case's o_dtype, as long as `expected`, all NaN (a
 // NaN in `expected` marks an element the kernel must leave as it is).
 inline ref::Buffer nan_output(CaseFile& f) {

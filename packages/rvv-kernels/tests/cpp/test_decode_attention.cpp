@@ -20,25 +20,14 @@ namespace {
 // two uneven ranges as a thread pool would hand them out, then compared.
 void run_case(rvvk_test::Context& ctx, rvvk_test::CaseFile& f) {
   rvvk::DecodeAttentionArgs a;
-  a.batch = f.i64("batch");
-  a.num_heads = f.i64("num_heads");
-  a.num_kv_heads = f.i64("num_kv_heads");
-  a.head_dim = f.i64("head_dim");
-  a.head_dim_v = f.i64("head_dim_v");
+  rvvk_test::read_common_args(a, f);
   a.q_dtype = f.dtype("q");
   a.q = f.data("q");
   a.q_stride_b = f.i64("q_stride_b");
   a.q_stride_h = f.i64("q_stride_h");
-  a.cache = rvvk_test::read_cache(f);
-  a.req_pool_indices = f.ptr<const std::int64_t>("req_pool_indices", "i64");
-  a.seq_lens = f.ptr<const std::int64_t>("seq_lens", "i64");
   a.o_dtype = f.dtype("o_dtype");
   a.o_stride_b = f.i64("o_stride_b");
   a.o_stride_h = f.i64("o_stride_h");
-  a.sm_scale = f.f32("sm_scale");
-  a.logit_cap = f.f32("logit_cap");
-  a.window = f.i64("window");
-  a.sinks = f.has("sinks") ? f.ptr<const float>("sinks", "f32") : nullptr;
   for (std::int64_t splits : f.i64s("splits")) {
     a.num_splits = splits;
     ref::Buffer o = rvvk_test::nan_output(f);

@@ -24,11 +24,7 @@ namespace {
 // the checked one (the x86_amx variant keeps packed key blocks per thread).
 void run_case(rvvk_test::Context& ctx, rvvk_test::CaseFile& f) {
   rvvk::ExtendAttentionArgs a;
-  a.batch = f.i64("batch");
-  a.num_heads = f.i64("num_heads");
-  a.num_kv_heads = f.i64("num_kv_heads");
-  a.head_dim = f.i64("head_dim");
-  a.head_dim_v = f.i64("head_dim_v");
+  rvvk_test::read_common_args(a, f);
   a.max_extend_len = f.i64("max_extend_len");
   a.dtype = f.dtype("q");
   a.q = f.data("q");
@@ -42,15 +38,8 @@ void run_case(rvvk_test::Context& ctx, rvvk_test::CaseFile& f) {
   a.v_stride_h = f.i64("v_stride_h");
   a.o_stride_t = f.i64("o_stride_t");
   a.o_stride_h = f.i64("o_stride_h");
-  a.cache = rvvk_test::read_cache(f);
-  a.req_pool_indices = f.ptr<const std::int64_t>("req_pool_indices", "i64");
-  a.seq_lens = f.ptr<const std::int64_t>("seq_lens", "i64");
   a.extend_seq_lens = f.ptr<const std::int64_t>("extend_seq_lens", "i64");
   a.extend_start_loc = f.ptr<const std::int64_t>("extend_start_loc", "i64");
-  a.sm_scale = f.f32("sm_scale");
-  a.logit_cap = f.f32("logit_cap");
-  a.window = f.i64("window");
-  a.sinks = f.has("sinks") ? f.ptr<const float>("sinks", "f32") : nullptr;
   a.causal = f.i64("causal") != 0;
   ref::Buffer o = rvvk_test::nan_output(f);
   a.o = o.data();
