@@ -20,7 +20,8 @@ File format (little-endian): the 8 bytes ``RVVKCASE``, a u32 version (1), a u32 
 count, then per section a 32-byte NUL-padded ASCII name, an 8-byte NUL-padded ASCII type
 (``f64 f32 bf16 f16 e4m3 e5m2 i8 i32 i64`` or ``text``), a u64 element count and the
 elements, padded with zeros to a multiple of 8 bytes. Buffers hold the whole allocation the
-kernel reads through the stored strides (padding included); ``expected`` and
+kernel reads through the stored strides (padding included), each buffer ``x`` with its
+strides ``x_stride_row`` and ``x_stride_head`` in elements; ``expected`` and
 ``tolerance`` cover the output buffer element by element, in f32 (that rounding, 2^-24
 relative, is far below every tolerance), and ``expected`` is NaN where the kernel must
 leave the output untouched (the driver fills it with NaN first). File names are
@@ -36,7 +37,7 @@ import math
 import struct
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,9 +74,10 @@ Pairs = tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True)
-class DecodeCase:
-    """One decode batch: requests of `lens` tokens, `hq` query heads over `hkv` KV heads of
-    sizes `d` (K) and `dv` (V), run once per split count of `splits`."""
+class _Case:
+    """What decode and extend cases share: the C++ test that runs the case, the inputs'
+    seed, `hq` query heads over `hkv` KV heads of sizes `d` (K) and `dv` (V), and the score
+    features (keyword-only)."""
 
     group: str
     seed: int
@@ -83,14 +85,21 @@ class DecodeCase:
     hkv: int
     d: int
     dv: int
-    lens: tuple[int, ...]
-    q_dtype: torch.dtype
-    kv_dtype: torch.dtype
+    _: KW_ONLY
     cap: float = 0.0
     window: int = 0  # > 0: the last `window` keys (the kernel's convention)
     sinks: bool = False
-    splits: tuple[int, ...] = (4,)
     r2t64: bool = False
+
+
+@dataclass(frozen=True)
+class DecodeCase(_Case):
+    """One decode batch: requests of `lens` tokens, run once per split count of `splits`."""
+
+    lens: tuple[int, ...]
+    q_dtype: torch.dtype
+    kv_dtype: torch.dtype
+    splits: tuple[int, ...] = (4,)
     # Cache heads padded by 3 elements, so bf16 rows start at odd 2-byte offsets; or not
     # padded (SGLang's pools: rows 4-byte aligned, which the RVV form that reads bf16 rows
     # in 32-bit pairs needs).
@@ -98,23 +107,13 @@ class DecodeCase:
 
 
 @dataclass(frozen=True)
-class ExtendCase:
+class ExtendCase(_Case):
     """One extend batch: requests of (prefix, new tokens) `reqs`."""
 
-    group: str
-    seed: int
-    hq: int
-    hkv: int
-    d: int
-    dv: int
     reqs: tuple[tuple[int, int], ...]
     dtype: torch.dtype  # of q, the new k / v and the output
     kv_dtype: torch.dtype
-    cap: float = 0.0
-    window: int = 0
-    sinks: bool = False
     causal: bool = True
-    r2t64: bool = False
     scaled: bool = False  # per-tensor scales on a 16/32-bit cache (K 0.5, V 2)
     # Run every task once over a cache holding other values first (the same buffers and
     # rows): nothing of that call may leak into the checked one (the x86_amx variant
@@ -394,6 +393,12 @@ def _scalars(**values: int | float) -> Sections:
     ]
 
 
+def _strided(name: str, t: Tensor) -> Sections:
+    """Buffer `name`: the allocation t reads, with its row and head strides."""
+    strides = {f"{name}_stride_row": t.stride(0), f"{name}_stride_head": t.stride(1)}
+    return [(name, allocation(t)), *_scalars(**strides)]
+
+
 def _sections(
     c: DecodeCase | ExtendCase,
     pool: KvPool,
@@ -409,8 +414,8 @@ def _sections(
     shapes, the score features and the expected output with its tolerance (flat)."""
     out: Sections = [
         ("name", describe(c)),
-        ("k_cache", allocation(pool.k)),
-        ("v_cache", allocation(pool.v)),
+        *_strided("k_cache", pool.k),
+        *_strided("v_cache", pool.v),
         ("req_to_token", pool.req_to_token),
         ("req_pool_indices", pool.req_pool_indices.long()),
         ("seq_lens", torch.tensor(seq_lens, dtype=torch.int64)),
@@ -423,10 +428,6 @@ def _sections(
         num_kv_heads=c.hkv,
         head_dim=c.d,
         head_dim_v=c.dv,
-        k_cache_stride_t=pool.k.stride(0),
-        k_cache_stride_h=pool.k.stride(1),
-        v_cache_stride_t=pool.v.stride(0),
-        v_cache_stride_h=pool.v.stride(1),
         req_to_token_stride=pool.req_to_token.stride(0),
         window=c.window,
         sm_scale=sm_scale,
@@ -462,10 +463,12 @@ def decode_sections(c: DecodeCase) -> Sections:
         sinks=sinks, expected=expected.flatten(),
         tolerance=allowed_error(expected, c.q_dtype).flatten(),
     )  # fmt: skip
-    out += [("q", q.flatten()), ("splits", torch.tensor(c.splits, dtype=torch.int64)),
-            ("o_dtype", _name(c.q_dtype))]  # fmt: skip
-    out += _scalars(q_stride_b=c.hq * c.d, q_stride_h=c.d, o_stride_b=c.hq * c.dv,
-                    o_stride_h=c.dv)  # fmt: skip
+    out += _strided("q", q)
+    out += [
+        ("splits", torch.tensor(c.splits, dtype=torch.int64)),
+        ("o_dtype", _name(c.q_dtype)),
+    ]
+    out += _scalars(o_stride_row=c.hq * c.dv, o_stride_head=c.dv)
     return out
 
 
@@ -519,10 +522,8 @@ def extend_sections(c: ExtendCase) -> Sections:
         scales=(k_scale, v_scale), sinks=sinks, expected=allocation(expected),
         tolerance=allocation(tolerance),
     )  # fmt: skip
+    out += _strided("q", q) + _strided("k", k) + _strided("v", v)
     out += [
-        ("q", allocation(q)),
-        ("k", allocation(k)),
-        ("v", allocation(v)),
         ("extend_seq_lens", torch.tensor([e for _, e in c.reqs], dtype=torch.int64)),
         ("extend_start_loc", torch.tensor(starts, dtype=torch.int64)),
         ("o_dtype", _name(c.dtype)),
@@ -530,13 +531,15 @@ def extend_sections(c: ExtendCase) -> Sections:
     out += _scalars(
         # more blocks than needed in every other case: tasks past the requests' ends
         max_extend_len=max(e for _, e in c.reqs) + (33 if c.seed % 2 else 0),
-        q_stride_t=q.stride(0), q_stride_h=q.stride(1), k_stride_t=k.stride(0),
-        k_stride_h=k.stride(1), v_stride_t=v.stride(0), v_stride_h=v.stride(1),
-        o_stride_t=expected.stride(0), o_stride_h=expected.stride(1), causal=int(c.causal),
+        o_stride_row=expected.stride(0), o_stride_head=expected.stride(1),
+        causal=int(c.causal),
     )  # fmt: skip
     if c.rerun:
         other = _pool(c, gen(c.seed + 10_000), prefixes, 3)
-        out += [("rerun_k_cache", allocation(other.k)), ("rerun_v_cache", allocation(other.v))]
+        out += [
+            ("rerun_k_cache", allocation(other.k)),
+            ("rerun_v_cache", allocation(other.v)),
+        ]
     return out
 
 

@@ -86,6 +86,16 @@ class CaseFile {
     return static_cast<T*>(static_cast<void*>(typed(name, type).bytes.data()));
   }
   void* data(const std::string& name) { return at(name).bytes.data(); }
+  // The strides of buffer `name` (its sections name_stride_row / name_stride_head).
+  void strides(const std::string& name, std::int64_t& row, std::int64_t& head) {
+    row = i64(name + "_stride_row");
+    head = i64(name + "_stride_head");
+  }
+  // Buffer `name` with its strides.
+  void* strided(const std::string& name, std::int64_t& row, std::int64_t& head) {
+    strides(name, row, head);
+    return data(name);
+  }
   std::vector<std::int64_t> i64s(const std::string& name) {
     const Section& s = typed(name, "i64");
     std::vector<std::int64_t> v(s.count);
@@ -135,12 +145,8 @@ class CaseFile {
 inline rvvk::KvCache read_cache(CaseFile& f) {
   rvvk::KvCache c;
   c.dtype = f.dtype("k_cache");
-  c.k = f.data("k_cache");
-  c.k_stride_t = f.i64("k_cache_stride_t");
-  c.k_stride_h = f.i64("k_cache_stride_h");
-  c.v = f.data("v_cache");
-  c.v_stride_t = f.i64("v_cache_stride_t");
-  c.v_stride_h = f.i64("v_cache_stride_h");
+  c.k = f.strided("k_cache", c.k_stride_t, c.k_stride_h);
+  c.v = f.strided("v_cache", c.v_stride_t, c.v_stride_h);
   c.k_scale = f.f32("k_scale");
   c.v_scale = f.f32("v_scale");
   if (f.has("k_scales")) {

@@ -22,12 +22,9 @@ void run_case(rvvk_test::Context& ctx, rvvk_test::CaseFile& f) {
   rvvk::DecodeAttentionArgs a;
   rvvk_test::read_common_args(a, f);
   a.q_dtype = f.dtype("q");
-  a.q = f.data("q");
-  a.q_stride_b = f.i64("q_stride_b");
-  a.q_stride_h = f.i64("q_stride_h");
+  a.q = f.strided("q", a.q_stride_b, a.q_stride_h);
   a.o_dtype = f.dtype("o_dtype");
-  a.o_stride_b = f.i64("o_stride_b");
-  a.o_stride_h = f.i64("o_stride_h");
+  f.strides("o", a.o_stride_b, a.o_stride_h);
   for (std::int64_t splits : f.i64s("splits")) {
     a.num_splits = splits;
     ref::Buffer o = rvvk_test::nan_output(f);
