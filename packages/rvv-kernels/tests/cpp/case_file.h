@@ -266,4 +266,32 @@ void run_case_group(Context& ctx, const std::string& group, Run run) {
   }
 }
 
+using CaseRun = void (*)(Context&, CaseFile&);
+
+// Registers one test per case group of the index whose name starts with
+// `prefix` (the group is the test's name), running `run` on each of its files;
+// without a readable index, or with no such group, one test `<prefix>cases`
+// that fails saying why. Runs at static initialisation, from the drivers.
+struct RegisterCaseGroups {
+  RegisterCaseGroups(const std::string& prefix, CaseRun run) {
+    std::vector<std::string> groups;
+    std::string error;
+    try {
+      for (const auto& entry : case_index())
+        if (entry.first.rfind(prefix, 0) == 0) groups.push_back(entry.first);
+      if (groups.empty())
+        error = fmt("%s/cases.txt lists no %s* group", cases_dir().c_str(), prefix.c_str());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (!error.empty()) {
+      registry().emplace_back(prefix + "cases",
+                              [error](Context& ctx) { CHECK_MSG(false, "%s", error.c_str()); });
+      return;
+    }
+    for (const std::string& group : groups)
+      registry().emplace_back(group, [group, run](Context& ctx) { run_case_group(ctx, group, run); });
+  }
+};
+
 }  // namespace rvvk_test

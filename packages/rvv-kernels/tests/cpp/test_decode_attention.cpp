@@ -45,16 +45,9 @@ void run_case(rvvk_test::Context& ctx, rvvk_test::CaseFile& f) {
 
 }  // namespace
 
-// The case groups of tests/conformance/kernel_cases.py (see there for what each aims at).
-#define DECODE_CASES(group) \
-  RVVK_TEST(group) { rvvk_test::run_case_group(ctx, #group, run_case); }
-DECODE_CASES(decode_attention_head_sizes_and_gqa)
-DECODE_CASES(decode_attention_bf16_aligned_rows)
-DECODE_CASES(decode_attention_context_lengths)
-DECODE_CASES(decode_attention_dtypes)
-DECODE_CASES(decode_attention_quantised_caches)
-DECODE_CASES(decode_attention_features)
-DECODE_CASES(decode_attention_mla_shape)
+// One test per decode_attention_* group of the case index (the groups and what
+// each aims at: tests/conformance/kernel_cases.py).
+static const rvvk_test::RegisterCaseGroups decode_groups("decode_attention_", run_case);
 
 RVVK_TEST(decode_attention_softmax_exp_range) {
   // The softmax's exp over its whole range, as for extend: each head sees three keys with

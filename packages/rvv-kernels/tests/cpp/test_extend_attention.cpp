@@ -59,16 +59,9 @@ void run_case(rvvk_test::Context& ctx, rvvk_test::CaseFile& f) {
 
 }  // namespace
 
-// The case groups of tests/conformance/kernel_cases.py (see there for what each aims at).
-#define EXTEND_CASES(group) \
-  RVVK_TEST(group) { rvvk_test::run_case_group(ctx, #group, run_case); }
-EXTEND_CASES(extend_attention_head_sizes_and_gqa)
-EXTEND_CASES(extend_attention_lengths)
-EXTEND_CASES(extend_attention_dtypes)
-EXTEND_CASES(extend_attention_quantised_caches)
-EXTEND_CASES(extend_attention_features)
-EXTEND_CASES(extend_attention_mla_shape)
-EXTEND_CASES(extend_attention_bf16_blocks)
+// One test per extend_attention_* group of the case index (the groups and what
+// each aims at: tests/conformance/kernel_cases.py).
+static const rvvk_test::RegisterCaseGroups extend_groups("extend_attention_", run_case);
 
 RVVK_TEST(extend_attention_softmax_exp_range) {
   // The softmax's exp over its whole range: each head's query token sees three keys with
