@@ -25,10 +25,10 @@ strides ``x_stride_row`` and ``x_stride_head`` in elements; ``expected`` and
 ``tolerance`` cover the output buffer element by element, in f32 (that rounding, 2^-24
 relative, is far below every tolerance), and ``expected`` is NaN where the kernel must
 leave the output untouched (the driver fills it with NaN first). File names are
-``<group>-<number>.case``; each group is one C++ test of that name, in the decode
-driver for ``decode_attention_*`` groups, in the extend driver for ``extend_attention_*``. ``cases.txt``
-lists each group and its number of files (``<group> <count>`` lines), so the driver can
-tell a complete directory from a partial one.
+``<group>-<number>.case``; each group is one C++ test of that name, in the decode driver
+for ``decode_attention_*`` groups, in the extend driver for ``extend_attention_*``.
+``cases.txt`` lists each group and its number of files (``<group> <count>`` lines), so the
+driver can tell a complete directory from a partial one.
 """
 
 from __future__ import annotations
