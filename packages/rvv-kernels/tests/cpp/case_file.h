@@ -113,13 +113,9 @@ class CaseFile {
   rvvk::DType dtype(const std::string& name) {
     const Section& s = at(name);
     const std::string t = s.type == "text" ? text(name) : s.type;
-    static const std::map<std::string, rvvk::DType> types = {
-        {"f32", rvvk::DType::kF32},      {"bf16", rvvk::DType::kBF16},
-        {"f16", rvvk::DType::kF16},      {"e4m3", rvvk::DType::kFP8E4M3},
-        {"e5m2", rvvk::DType::kFP8E5M2}, {"i8", rvvk::DType::kI8}};
-    auto it = types.find(t);
-    if (it == types.end()) throw std::runtime_error(path + ": " + name + " has no kernel dtype");
-    return it->second;
+    for (int i = 0; i < ref::kDTypeCount; ++i)
+      if (t == ref::kDTypeNames[i]) return static_cast<rvvk::DType>(i);
+    throw std::runtime_error(path + ": " + name + " has no kernel dtype");
   }
 
  private:

@@ -152,22 +152,13 @@ inline double ulp(rvvk::DType dt, double x) {
   return std::ldexp(1.0, std::max(e - 1, min_exp) - mant_bits);
 }
 
+// The dtypes' short names, in rvvk::DType order (the attention case files use them too).
+inline constexpr const char* kDTypeNames[] = {"f32", "bf16", "f16", "e4m3", "e5m2", "i8"};
+inline constexpr int kDTypeCount = sizeof kDTypeNames / sizeof kDTypeNames[0];
+
 inline const char* name(rvvk::DType dt) {
-  switch (dt) {
-    case rvvk::DType::kF32:
-      return "f32";
-    case rvvk::DType::kBF16:
-      return "bf16";
-    case rvvk::DType::kF16:
-      return "f16";
-    case rvvk::DType::kFP8E4M3:
-      return "e4m3";
-    case rvvk::DType::kFP8E5M2:
-      return "e5m2";
-    case rvvk::DType::kI8:
-      return "i8";
-  }
-  return "?";
+  const int i = static_cast<int>(dt);
+  return i >= 0 && i < kDTypeCount ? kDTypeNames[i] : "?";
 }
 
 // Small deterministic generator (xorshift64*).
