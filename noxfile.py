@@ -51,8 +51,9 @@ def install_ops(session: nox.Session) -> None:
 
 @nox.session(name="kernels-tests")
 def kernels_tests(session: nox.Session) -> None:
-    """rvv-kernels: C++ tests natively, then cross-built under QEMU at every VLEN and Zvfh."""
-    session.install("pytest", KERNELS)
+    """rvv-kernels: C++ tests natively, then cross-built under QEMU at every VLEN and Zvfh. The
+    attention tests run the conformance suite's kernel cases, which torch writes."""
+    session.install(TORCH, "numpy", "pytest", KERNELS)
     session.run("pytest", f"{KERNELS}/tests", "-q")
     session.run("python", "tools/kernels_tests.py", *session.posargs)
 

@@ -5,7 +5,12 @@ variants whose behaviour that emulated CPU adds (``RVVK_TEST_VARIANTS``): portab
 no vector instruction, so the same at every VLEN) once, rvv at every VLEN, rvv_zvfh with
 Zvfh. Testing every runnable variant in every run took ~2.3x as long: portable was 55% of a
 VLEN 256 run's 417 s. Each run prints one summary line such as
-``RVV vlen=256 zvfh=off: 33 passed, 0 failed``.
+``RVV vlen=256 zvfh=off: 36 passed, 0 failed``.
+
+The attention tests take their cases, inputs and expected outputs from the conformance
+suite (``tests/conformance/kernel_cases.py``, which needs torch): they are written once into
+``<build-dir>/attention-cases`` and every run reads them there (``RVVK_CASES_DIR``; QEMU
+user mode sees the host's files).
 
 Usage: python tools/kernels_tests.py [--native-only] [--build-dir DIR]
 """
@@ -21,8 +26,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # conformance
 
 import rvvtools
+from conformance import kernel_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "packages" / "rvv-kernels"
@@ -56,11 +63,22 @@ def build(build_dir: Path, toolchain: Path | None) -> Path:
     return build_dir / "rvvk_tests"
 
 
-def run(label: str, cmd: list[str], variants: str = "") -> bool:
-    """Runs one test binary invocation (testing only `variants`, comma-separated, if given),
-    then echoes its output; True when it passed."""
+def write_cases(out_dir: Path) -> None:
+    """Writes the attention case files (conformance.kernel_cases) into out_dir."""
     start = time.monotonic()
-    env = {**os.environ, "RVVK_TEST_VARIANTS": variants}
+    counts = kernel_cases.write_all(out_dir)
+    print(
+        f"--- attention cases: {sum(counts.values())} files in {out_dir} "
+        f"in {time.monotonic() - start:.1f} s",
+        flush=True,
+    )
+
+
+def run(label: str, cmd: list[str], cases: Path, variants: str = "") -> bool:
+    """Runs one test binary invocation on the case files in `cases` (testing only `variants`,
+    comma-separated, if given), then echoes its output; True when it passed."""
+    start = time.monotonic()
+    env = {**os.environ, "RVVK_TEST_VARIANTS": variants, "RVVK_CASES_DIR": str(cases)}
     result = subprocess.run(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
@@ -83,9 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    cases = args.build_dir / "attention-cases"
+    write_cases(cases)
     results: list[tuple[str, bool]] = []
     native = build(args.build_dir / "native", None)
-    results.append(("native", run("native", [str(native)])))
+    results.append(("native", run("native", [str(native)], cases)))
 
     if not args.native_only:
         rvvtools.provision(["toolchain", "qemu10"])
@@ -96,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             for vlen, zvfh, variants in QEMU_RUNS:
                 label = f"qemu10 vlen={vlen} zvfh={'on' if zvfh else 'off'} ({variants})"
                 cmd = [*rvvtools.qemu_cmd(vlen, zvfh), str(cross)]
-                futures.append((label, pool.submit(run, label, cmd, variants)))
+                futures.append((label, pool.submit(run, label, cmd, cases, variants)))
             results += [(label, f.result()) for label, f in futures]
 
     failed = [label for label, ok in results if not ok]

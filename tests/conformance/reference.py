@@ -147,6 +147,21 @@ def rounds_p(q_dtype: torch.dtype, cache: str) -> bool:
     return q_dtype == torch.bfloat16 and cache == "same"
 
 
+def allowed_error(
+    expected: Tensor,
+    dtype: torch.dtype,
+    slack: Tensor | None = None,
+    tolerances: dict[torch.dtype, tuple[float, float]] = TOLERANCES,
+) -> Tensor:
+    """fp64 per-element error an output of `dtype` may have against `expected`:
+    ``atol + rtol |expected| + slack`` with `tolerances` of that dtype (NaNs count as 0)."""
+    rtol, atol = tolerances[dtype]
+    allowed = atol + rtol * expected.double().abs().nan_to_num(0.0)
+    if slack is not None:
+        allowed = allowed + slack.double().nan_to_num(0.0)
+    return allowed
+
+
 def assert_matches(
     actual: Tensor,
     expected: Tensor,
@@ -156,14 +171,11 @@ def assert_matches(
 ) -> None:
     """actual within `tolerances` (of actual's dtype) of expected, elementwise
     ``|a - e| <= atol + rtol |e| + slack``; NaNs must be at the same places."""
-    rtol, atol = tolerances[actual.dtype]
     a, e = actual.double(), expected.double()
     assert a.shape == e.shape, f"{what}: shape {tuple(a.shape)}, expected {tuple(e.shape)}"
     assert torch.equal(a.isnan(), e.isnan()), f"{what}: NaNs at other places"
     err = (a - e).abs().nan_to_num(0.0)
-    allowed = atol + rtol * e.abs().nan_to_num(0.0)
-    if slack is not None:
-        allowed = allowed + slack.double().nan_to_num(0.0)
+    allowed = allowed_error(e, actual.dtype, slack, tolerances)
     bad = err > allowed
     if bad.any():
         i = tuple(int(x) for x in bad.nonzero()[0])
