@@ -29,7 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # conformance
 
 import rvvtools
-from conformance import kernel_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "packages" / "rvv-kernels"
@@ -65,6 +64,10 @@ def build(build_dir: Path, toolchain: Path | None) -> Path:
 
 def write_cases(out_dir: Path) -> None:
     """Writes the attention case files (conformance.kernel_cases) into out_dir."""
+    # Imported here: the module needs torch, which bench_kernels.py (importing build() from
+    # this file) does not install.
+    from conformance import kernel_cases
+
     start = time.monotonic()
     counts = kernel_cases.write_all(out_dir)
     print(
