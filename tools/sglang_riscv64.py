@@ -16,9 +16,12 @@ pure-Python wheels (rvv-kernels, rvv-attention, sglang-rvv, SGLang), downloads
 packages/sglang-rvv/requirements/riscv64-pip.txt for riscv64 / CPython 3.13, installs all of
 it into a venv of the root's Python (the same venv + pip steps tools/install-riscv64.sh takes
 on a board), then runs tools/guest/sglang_engine.py under QEMU 10 (VLEN 256, Zvfh): SGLang's
-offline Engine on the demo model with ``attention_backend="rvv"`` and then ``torch_native``,
-greedy, 2 prompts. It checks that both produce the same tokens (at least ``--max-new-tokens``
-each) and that the RVV attention kernels ran (no fallback), and writes
+offline Engine on the demo model with ``attention_backend="rvv"``, then ``torch_native``, then
+``rvv`` with ``kv_cache_dtype="int8"``, greedy, 2 prompts, and teacher-forced corpus passages
+for the ``rvv`` engines. It checks that rvv and torch_native produce the same tokens (at least
+``--max-new-tokens`` each), that the INT8 KV cache agrees with the default one (first tokens,
+teacher-forced top-1 and log-probabilities over >= 500 positions), that the RVV attention
+kernels ran (INT8 ones for the INT8 engine; no fallback), and writes
 ``build/riscv-sglang.json``.
 
 Emulation only (a board needs none of it): the guest Python cannot exec riscv64 programs, so
@@ -177,6 +180,65 @@ def install_venv(venv: Path, qemu: Sequence[str], wheels: Sequence[Path], finds:
     return wrapper
 
 
+INT8_POSITIONS = 500
+INT8_TOP1 = 0.98
+INT8_LOGPROB_BOUND = 0.25
+"""``--kv-cache-dtype int8`` vs the model's KV dtype, teacher-forced: at least this many
+positions, this share of equal top-1 tokens, at most this log-probability difference (nats)
+of a text token (the bounds packages/sglang-rvv/tests/test_e2e.py asserts on x86)."""
+
+
+def int8_agreement(rvv: dict[str, Any], int8: dict[str, Any]) -> dict[str, Any]:
+    """First tokens, completions and teacher-forced figures of ``rvv:int8`` against ``rvv``."""
+    firsts = sum(
+        a["output_ids"][:1] == b["output_ids"][:1] and bool(a["output_ids"])
+        for a, b in zip(int8["results"], rvv["results"], strict=True)
+    )
+    same = sum(
+        a["output_ids"] == b["output_ids"]
+        for a, b in zip(int8["results"], rvv["results"], strict=True)
+    )
+    positions = top1 = 0
+    worst = 0.0
+    for a, b in zip(int8.get("scored") or [], rvv.get("scored") or [], strict=True):
+        if a["ids"] != b["ids"]:
+            raise ValueError("the two engines tokenised a passage differently")
+        positions += len(a["ids"])
+        top1 += sum(x == y for x, y in zip(a["top1"], b["top1"], strict=True))
+        worst = max(
+            [worst, *(abs(x - y) for x, y in zip(a["logprobs"], b["logprobs"], strict=True))]
+        )
+    return {
+        "prompts": len(rvv["results"]),
+        "first_tokens_equal": firsts,
+        "completions_equal": same,
+        "positions": positions,
+        "top1_equal": top1,
+        "max_logprob_diff": round(worst, 5),
+    }
+
+
+def check_int8(rvv: dict[str, Any], int8: dict[str, Any]) -> list[str]:
+    """``rvv:int8`` agrees with ``rvv`` within the bounds above and ran the INT8 kernels."""
+    problems = []
+    a = int8_agreement(rvv, int8)
+    if a["first_tokens_equal"] != a["prompts"]:
+        problems.append(f"int8 KV: first tokens differ from the default KV's: {a}")
+    if a["positions"] < INT8_POSITIONS:
+        problems.append(f"int8 KV: {a['positions']} teacher-forced positions < {INT8_POSITIONS}")
+    elif a["top1_equal"] / a["positions"] < INT8_TOP1:
+        problems.append(f"int8 KV: teacher-forced top-1 agreement below {INT8_TOP1}: {a}")
+    if a["max_logprob_diff"] > INT8_LOGPROB_BOUND:
+        problems.append(f"int8 KV: log-probabilities differ by more than {INT8_LOGPROB_BOUND}: {a}")
+    ops = int8["ops"]
+    for op in ("extend", "decode"):
+        if not ops.get(f"attention {op} int8_kv:kernel"):
+            problems.append(f"no INT8 {op} attention kernel call recorded: {ops}")
+        if ops.get(f"attention {op}:fallback"):
+            problems.append(f"int8 KV: {op} attention fell back to torch: {ops}")
+    return problems
+
+
 def check(report: dict[str, Any], new_tokens: int) -> list[str]:
     """What is wrong with the guest's report (empty: the proof holds)."""
     problems: list[str] = []
@@ -184,6 +246,8 @@ def check(report: dict[str, Any], new_tokens: int) -> list[str]:
     rvv, ref = engines.get("rvv"), engines.get("torch_native")
     if rvv is None or ref is None:
         return [f"expected engines rvv and torch_native, got {sorted(engines)}"]
+    if "rvv:int8" in engines:
+        problems += check_int8(rvv, engines["rvv:int8"])
     for r, t in zip(rvv["results"], ref["results"], strict=True):
         if len(r["output_ids"]) < new_tokens:
             problems.append(f"rvv produced {len(r['output_ids'])} tokens for {r['prompt']!r}")
@@ -231,8 +295,8 @@ def run(args: argparse.Namespace) -> int:
             "SGLANG_RVV_EXPECT_VLEN": str(args.vlen),
         }
         cmd = [str(wrapper), str(GUEST_SCRIPT), "--model", str(demo), "--backend", "rvv",
-               "--backend", "torch_native", "--max-new-tokens", str(args.max_new_tokens),
-               "--out", str(report_path)]  # fmt: skip
+               "--backend", "torch_native", "--backend", "rvv:int8", "--score",
+               "--max-new-tokens", str(args.max_new_tokens), "--out", str(report_path)]  # fmt: skip
         _log(f"+ {shlex.join(cmd)}")
         code = subprocess.run(cmd, env=env, timeout=args.timeout, check=False).returncode
         if code != 0:
@@ -250,6 +314,11 @@ def run(args: argparse.Namespace) -> int:
              f"ops {e['ops']}")  # fmt: skip
         for r in e["results"]:
             _log(f"  {r['prompt']!r} -> {r['text']!r} {r['output_ids']}")
+    engines = {e["backend"]: e for e in report["engines"]}
+    if "rvv" in engines and "rvv:int8" in engines:
+        report["int8_kv"] = int8_agreement(engines["rvv"], engines["rvv:int8"])
+        report_path.write_text(json.dumps(report, indent=1))
+        _log(f"int8 KV vs default KV: {report['int8_kv']}")
     _log(f"sglang-rvv compat rows active in the guest: {json.dumps(report['compat'])}")
     problems = check(report, args.max_new_tokens)
     if server is not None:

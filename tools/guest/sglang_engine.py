@@ -1,6 +1,7 @@
 """Greedy generation with SGLang's offline Engine, once per attention backend, in one process.
 
     python sglang_engine.py --model DIR --backend rvv --backend torch_native --out FILE.json
+    python sglang_engine.py --model DIR --backend rvv --backend rvv:int8 --score --out ...
 
 Runs inside the emulated Debian 13 riscv64 Python (tools/sglang_riscv64.py, ``nox -s
 riscv-sglang``) and on x86-64 in the sglang-rvv tests' riscv64 simulation. For each backend it
@@ -8,6 +9,9 @@ starts ``sglang.Engine(model_path=DIR, device="cpu", attention_backend=B, ...)``
 ``--max-new-tokens`` tokens greedily (ignore_eos) for each prompt, shuts the engine down, and
 records the token ids, the text, the wall time and the op-call counts sglang-rvv's processes
 wrote (``SGLANG_RVV_LAYER_STATS``: routed layer ops and ``attention <op>:<implementation>``).
+``B:KV`` runs backend ``B`` with ``kv_cache_dtype=KV`` (``rvv:int8``). ``--score`` also scores
+the demo corpus's first passages teacher-forced (prompt log-probabilities from position 0,
+top-1 token per position) and records the KV pool's bytes as the start-up line reports them.
 Writes everything to ``--out`` as JSON; exits 0 when every engine ran.
 """
 
@@ -38,17 +42,56 @@ def _read_stats(directory: Path) -> dict[str, int]:
     return total
 
 
-def run_engine(model: str, backend: str, prompts: list[str], new_tokens: int) -> dict[str, Any]:
+def passages() -> list[str]:
+    """The demo corpus's passages as tests/test_e2e.py scores them (over 1,000 tokens)."""
+    from sglang_rvv import demo
+
+    lines = [ln for ln in demo.corpus().splitlines() if ln.strip()]
+    half = len(lines) // 2
+    # the two halves as trained, and every line in reverse order (transitions never seen)
+    return [" ".join(lines[:half]), " ".join(lines[half:]), " ".join(reversed(lines))]
+
+
+def score(engine: Any, texts: list[str]) -> list[dict[str, Any]]:
+    """Teacher-forced: each text's token ids, their log-probabilities and the top-1 token
+    at every position after the first."""
+    out = []
+    for text in texts:
+        o = engine.generate(
+            text,
+            {"temperature": 0.0, "max_new_tokens": 1},
+            return_logprob=True,
+            logprob_start_len=0,
+            top_logprobs_num=1,
+        )
+        meta = o["meta_info"]
+        given = meta["input_token_logprobs"][1:]
+        tops = meta["input_top_logprobs"][1:]
+        out.append(
+            {
+                "ids": [int(t[1]) for t in given],
+                "logprobs": [float(t[0]) for t in given],
+                "top1": [int(t[0][1]) for t in tops],
+            }
+        )
+    return out
+
+
+def run_engine(
+    model: str, spec: str, prompts: list[str], new_tokens: int, scored: bool
+) -> dict[str, Any]:
     import sglang
 
+    backend, _, kv = spec.partition(":")
     stats_dir = Path(tempfile.mkdtemp(prefix=f"sglang-rvv-stats-{backend}-"))
     os.environ["SGLANG_RVV_LAYER_STATS"] = str(stats_dir)
-    _progress(f"{backend}: starting the engine")
+    _progress(f"{spec}: starting the engine")
     start = time.monotonic()
     engine = sglang.Engine(
         model_path=model,
         device="cpu",
         attention_backend=backend,
+        kv_cache_dtype=kv or "auto",
         grammar_backend="none",
         max_total_tokens=1024,
         max_running_requests=4,
@@ -66,6 +109,7 @@ def run_engine(model: str, backend: str, prompts: list[str], new_tokens: int) ->
         # sglang-rvv's processes write their op counts at most once a second (on a call):
         # one more short request after that second makes the scheduler write all of the above.
         time.sleep(1.2)
+        teacher = score(engine, passages()) if scored and backend == "rvv" else None
         engine.generate(prompts[0], {"temperature": 0.0, "max_new_tokens": 1})
     finally:
         engine.shutdown()
@@ -78,9 +122,10 @@ def run_engine(model: str, backend: str, prompts: list[str], new_tokens: int) ->
         }
         for p, o in zip(prompts, outputs, strict=True)
     ]
-    _progress(f"{backend}: generated in {done - ready:.0f} s: {[r['text'] for r in results]}")
+    _progress(f"{spec}: generated in {done - ready:.0f} s: {[r['text'] for r in results]}")
     return {
-        "backend": backend,
+        "backend": spec,
+        "scored": teacher,
         "startup_s": round(ready - start, 1),
         "generate_s": round(done - ready, 1),
         "results": results,
@@ -94,6 +139,7 @@ def main() -> int:
     p.add_argument("--backend", action="append", required=True)
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--prompt", action="append", help=f"default: {list(PROMPTS)}")
+    p.add_argument("--score", action="store_true", help="teacher-forced corpus passages too")
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args()
     t0 = time.monotonic()
@@ -111,7 +157,7 @@ def main() -> int:
     }
     for backend in a.backend:
         report["engines"].append(
-            run_engine(a.model, backend, a.prompt or list(PROMPTS), a.max_new_tokens)
+            run_engine(a.model, backend, a.prompt or list(PROMPTS), a.max_new_tokens, a.score)
         )
     report["compat"] = dict(compat.ACTIVE)
     report["wall_s"] = round(time.monotonic() - t0, 1)

@@ -21,9 +21,12 @@ from rvv_attention import _kernel
 BASIC = {"q_dtype": torch.bfloat16, "kv_dtype": torch.bfloat16, "head_dim": 128}
 
 
-def _decode_once() -> tuple[torch.Tensor, torch.Tensor]:
+def _decode_once(cache_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A small decode (no write) and its fp64 reference."""
-    p = make_paged([5, 9], kv_heads=2, head_dim=16, v_head_dim=16, dtype=torch.float32, seed=3)
+    p = make_paged(
+        [5, 9], kv_heads=2, head_dim=16, v_head_dim=16, dtype=torch.float32, seed=3,
+        cache_dtype=cache_dtype,
+    )  # fmt: skip
     q = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(1))
     out = torch.zeros(2, 6, 16)
     ra.decode(
@@ -124,6 +127,15 @@ def test_call_counts_name_the_implementation_that_ran(monkeypatch: pytest.Monkey
     after = ra.call_counts()
     grew = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
     assert grew == {"decode:kernel": 2, "decode:fallback": 1}
+
+
+def test_call_counts_name_the_cache_kind_too() -> None:
+    before = ra.call_counts()
+    _decode_once(torch.int8)
+    _decode_once()
+    after = ra.call_counts()
+    grew = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    assert grew == {"decode:kernel": 2, "decode int8_kv:kernel": 1}
 
 
 def test_fallback_reason_logged_once(caplog: pytest.LogCaptureFixture) -> None:

@@ -256,14 +256,18 @@ def test_engine_in_the_riscv64_simulation(tmp_path: Path) -> None:
     cmd = [
         sys.executable, str(REPO / "tools/guest/sglang_engine.py"),
         "--model", str(demo.ensure("qwen2")), "--backend", "rvv", "--backend", "torch_native",
-        "--max-new-tokens", "16", "--out", str(out),
+        "--backend", "rvv:int8", "--score", "--max-new-tokens", "16", "--out", str(out),
     ]  # fmt: skip
     res = subprocess.run(
         cmd, env=_sim_env(), capture_output=True, text=True, timeout=900, check=False
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
     report = json.loads(out.read_text())
-    assert _harness().check(report, 16) == []
+    harness = _harness()
+    assert harness.check(report, 16) == []
+    engines = {e["backend"]: e for e in report["engines"]}
+    agreement = harness.int8_agreement(engines["rvv"], engines["rvv:int8"])
+    print("riscv64 simulation, int8 KV:", agreement)
     # every riscv64 row of the table was needed in the simulation, and applied
     riscv64_rows = {g.patched for g in compat.GAPS if g.riscv64_only}
     assert riscv64_rows <= set(report["compat"]), riscv64_rows - set(report["compat"])

@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 
 from rvv_attention._api import attention, call_counts, decode, extend
-from rvv_attention._cache import KVCache, quantize_int8
+from rvv_attention._cache import KVCache, quantize_int8, write_rows
 from rvv_attention._capabilities import Capabilities, detect
 from rvv_attention._hugepages import HugePages, advise_huge_pages
 from rvv_attention._scratch import DEFAULT_KV_HEADS_PER_TASK, ScratchPool, num_splits, scratch
@@ -89,4 +89,5 @@ __all__ = [
     "quantize_int8",
     "scratch",
     "select",
+    "write_rows",
 ]

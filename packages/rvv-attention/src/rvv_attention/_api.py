@@ -30,7 +30,9 @@ _B = TypeVar("_B", bound=Batch)
 
 def call_counts() -> dict[str, int]:
     """Calls made in this process so far, as ``"<op>:<implementation>"`` -> count (for
-    example ``{"decode:kernel": 120, "extend:fallback": 2}``): which implementation ran."""
+    example ``{"decode:kernel": 120, "extend:fallback": 2}``): which implementation ran.
+    Calls over an fp8 or int8 cache are also counted as ``"<op> <kind>_kv:<implementation>"``
+    (``"decode int8_kv:kernel"``)."""
     return dict(_CALLS)
 
 
@@ -53,7 +55,7 @@ def _run(b: _B, kernel: Callable[[_B], None], fallback: Callable[[_B], None]) ->
     if sel.impl.name == "kernel":
         try:
             kernel(b)
-            _CALLS[f"{op}:kernel"] += 1
+            _count(b, "kernel")
             return sel
         except _kernel.NotThisCall as e:
             if sel.mode == "kernel":
@@ -74,8 +76,14 @@ def _run(b: _B, kernel: Callable[[_B], None], fallback: Callable[[_B], None]) ->
     assert sel.reason is not None
     note_fallback(op, sel.reason)
     fallback(b)
-    _CALLS[f"{op}:{sel.impl.name}"] += 1
+    _count(b, sel.impl.name)
     return sel
+
+
+def _count(b: _B, impl: str) -> None:
+    _CALLS[f"{b.OP}:{impl}"] += 1
+    if b.cache.kind != "float":
+        _CALLS[f"{b.OP} {b.cache.kind}_kv:{impl}"] += 1
 
 
 def decode(

@@ -29,7 +29,7 @@ from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 
-from sglang_rvv import compat, layers
+from sglang_rvv import compat, kv_int8, layers
 
 if TYPE_CHECKING:
     from sglang.srt.layers.radix_attention import RadixAttention
@@ -159,6 +159,10 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
     def _cache(self, layer: RadixAttention) -> ra.KVCache:
         k_buf = self.token_to_kv_pool.get_key_buffer(layer.layer_id)
         v_buf = self.token_to_kv_pool.get_value_buffer(layer.layer_id)
+        if k_buf.dtype == torch.int8:
+            # --kv-cache-dtype int8: the pool's per-token scales come with the rows (and a
+            # pool without them is an error there, not a guess).
+            return kv_int8.layer_cache(self.token_to_kv_pool, layer.layer_id)
         return ra.KVCache(
             k_buf,
             v_buf,
@@ -198,6 +202,15 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
         else:
             self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(loc, swa_loc), k, v)
 
+    def _write_loc(self, layer: RadixAttention, forward_batch: ForwardBatch) -> torch.Tensor:
+        """The cache rows of this pass's new tokens in this layer's buffer (an SWA layer's
+        are translated to the SWA pool's rows)."""
+        if self._is_swa_layer(layer.layer_id):
+            assert self.swa_out_cache_loc is not None
+            return self.swa_out_cache_loc
+        loc: torch.Tensor = forward_batch.out_cache_loc
+        return loc
+
     def _prepare(
         self, q: torch.Tensor, layer: RadixAttention, forward_batch: ForwardBatch
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -223,8 +236,14 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
         """Prefill / chunked prefill / prefix-cache hits: new tokens attend to prefix + selves."""
         hq, hkv, d, dv = _heads(layer)
         cache = self._cache(layer)
+        out_cache_loc = None
         if save_kv_cache and k is not None and v is not None:
-            self._write_kv(layer, forward_batch, k, v, cache)
+            if cache.kind == "int8" and not layer.is_cross_attention:
+                # The INT8 op quantises the new tokens' K/V into these rows itself (values
+                # and scales), so they are not written twice.
+                out_cache_loc = self._write_loc(layer, forward_batch)
+            else:
+                self._write_kv(layer, forward_batch, k, v, cache)
         if layer.is_cross_attention:
             # k / v are the encoder tokens' (not one per query): cross-attention reads them,
             # like every encoder token, from the cache.
@@ -247,6 +266,7 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
             forward_batch.extend_seq_lens,
             sm_scale=layer.scaling,
             extend_start_loc=forward_batch.extend_start_loc,
+            out_cache_loc=out_cache_loc,
             max_extend_len=self.max_extend_len,
             causal=causal,
             sliding_window=window,
@@ -271,15 +291,15 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
         q3, out, req_to_token, req_pool_indices = self._prepare(q, layer, forward_batch)
         key = value = loc = None
         if save_kv_cache and k is not None and v is not None:
-            fused = (
-                cache.k.dtype == q.dtype
-                and not layer.is_cross_attention
-                and not self._is_swa_layer(layer.layer_id)
+            fused = not layer.is_cross_attention and (
+                cache.kind == "int8"
+                or (cache.k.dtype == q.dtype and not self._is_swa_layer(layer.layer_id))
             )
             if fused:
-                # The kernel writes the new token's K/V itself, in the same pass.
+                # The kernel writes the new token's K/V itself, in the same pass (INT8:
+                # quantised, with their scales).
                 key, value = k.reshape(-1, hkv, d), v.reshape(-1, hkv, dv)
-                loc = forward_batch.out_cache_loc
+                loc = self._write_loc(layer, forward_batch)
             else:
                 self._write_kv(layer, forward_batch, k, v, cache)
         ra.decode(
@@ -380,6 +400,8 @@ def attention_cases(model: Any, pool: Any, q_dtype: torch.dtype) -> Counter[Case
             features |= {"cross_attention", "encoder_lens"}
         if kv_dtype in _FP8:
             features.add("fp8_kv")
+        elif kv_dtype == torch.int8:
+            features.add("int8_kv")
         if d != dv:
             features.add("mla")
         causal = not (layer.is_cross_attention or layer.attn_type == AttentionType.ENCODER_ONLY)
@@ -423,8 +445,12 @@ def startup_summary(model_runner: Any, pool: Any, huge_pages: str) -> str:
     except Exception as e:  # a summary must never stop the server from starting
         fallback = f"unknown ({type(e).__name__}: {e})"
     patched = ", ".join(p.rsplit(".", 1)[-1] for p in compat.ACTIVE) or "nothing"
+    try:
+        pool_size = kv_int8.pool_report(pool)
+    except Exception as e:  # as above: the summary never stops the server
+        pool_size = f"KV pool size unknown ({type(e).__name__}: {e})"
     return (
         f"sglang-rvv: attention rvv on {kernels} | torch fallback: {fallback} | "
-        f"{layers.routing_summary()} | KV cache on 2 MiB pages: {huge_pages} | "
+        f"{layers.routing_summary()} | {pool_size} | KV cache on 2 MiB pages: {huge_pages} | "
         f"compat: {patched}"
     )

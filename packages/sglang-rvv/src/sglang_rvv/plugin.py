@@ -9,8 +9,9 @@ patched.
 If SGLang itself (or another plugin) already registered a backend named ``rvv``, that one is
 kept and a warning says so: set ``SGLANG_RVV_REPLACE_BACKEND=1`` to use sglang-rvv's anyway.
 
-It also routes SGLang's CPU model layers to the RVV ops when ``SGLANG_RVV_LAYERS`` asks for it
-(:mod:`sglang_rvv.layers`).
+It registers ``--kv-cache-dtype int8`` (:mod:`sglang_rvv.kv_int8`: an INT8 KV pool with
+per-token scales, read by the ``rvv`` backend) and routes SGLang's CPU model layers to the RVV
+ops when ``SGLANG_RVV_LAYERS`` asks for it (:mod:`sglang_rvv.layers`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def register() -> None:
     if BACKEND_NAME not in ATTENTION_BACKEND_CHOICES:
         ATTENTION_BACKEND_CHOICES.append(BACKEND_NAME)
 
-    from sglang_rvv import layers
+    from sglang_rvv import kv_int8, layers
 
+    kv_int8.register()
     layers.maybe_enable()
