@@ -131,6 +131,19 @@ def test_buffers_and_size_report_include_the_scales():
     assert f"{k_bytes + v_bytes} bytes" in report and "int8" in report
 
 
+def test_pool_is_about_half_of_bf16_at_head_size_128():
+    """Same tokens, layers and heads as a Qwen2.5-1.5B layer pair (2 KV heads, D = 128): the
+    INT8 pool's own size report is (128 + 4) / 256 = 0.516 of SGLang's bf16 pool's."""
+    geometry = dict(
+        size=4096, page_size=1, head_num=2, head_dim=128, layer_num=2, device="cpu",
+        enable_memory_saver=False, enable_alt_stream=False,
+    )  # fmt: skip
+    int8 = Int8TokenToKVPool(dtype=torch.int8, **geometry)
+    bf16 = MHATokenToKVPool(dtype=torch.bfloat16, **geometry)
+    ratio = sum(int8.get_kv_size_bytes()) / sum(bf16.get_kv_size_bytes())
+    assert ratio == pytest.approx((128 + 4) / 256, abs=1e-9)
+
+
 def test_store_read_round_trip_scales_per_token_and_head():
     pool = make_pool()
     k, v = rand_kv(7)
