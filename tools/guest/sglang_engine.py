@@ -101,7 +101,7 @@ def run_engine(
         random_seed=0,
     )
     ready = time.monotonic()
-    _progress(f"{backend}: engine ready after {ready - start:.0f} s; generating")
+    _progress(f"{spec}: engine ready after {ready - start:.0f} s; generating")
     try:
         params = {"temperature": 0.0, "max_new_tokens": new_tokens, "ignore_eos": True}
         outputs = engine.generate(prompts, params)
