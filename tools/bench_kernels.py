@@ -10,7 +10,12 @@ single-threaded). Prints a table and writes ``build/bench/kernels.json``: a list
 ``{"kernel", "case", "vlen", "insns_rvv", "insns_scalar", "ratio", ...}``. Cases that stream
 a weight matrix (linear layers at M = 1; ``rvvk_bench --list`` gives their weight bytes)
 also get ``weight_bytes`` and ``insns_per_weight_byte`` (RVV instructions per weight byte:
-what decides whether an in-order core keeps up with its memory). Every record carries the
+what decides whether an in-order core keeps up with its memory). Cases that read a KV cache
+(decode) get ``kv_bytes``: the K and V rows (and an int8 cache's scales) one call reads. A
+case compared with another of the same shapes (``rvvk_bench --list``'s last field: the int8
+decode with the bf16 one, which ``--case`` then runs too) gets ``baseline_case``,
+``insns_vs_baseline`` and ``est_cycles_vs_baseline`` (its RVV counts over the baseline's at
+the same VLEN), also printed in a second table. Every record carries the
 run's checkout and start time (``git``, ``date_utc``, as bench-e2e-riscv's) and also has
 ``est_cycles_rvv`` / ``est_cycles_scalar`` and their ratio ``cycle_ratio``: the cycles of
 an in-order, dual-issue core with a 128-bit datapath such as the SpacemiT X60 under the
@@ -101,18 +106,26 @@ def main(argv: list[str] | None = None) -> int:
         text=True,
         check=True,
     ).stdout.split("\n")
-    # "name kernel weight_bytes" per case (weight_bytes 0: not a weight-streaming case).
+    # "name kernel weight_bytes kv_bytes baseline" per case (bytes 0: not a weight-streaming /
+    # KV-reading case; baseline "-": compared with no other case).
     kernels: dict[str, str] = {}
     weight_bytes: dict[str, int] = {}
+    kv_bytes: dict[str, int] = {}
+    baselines: dict[str, str] = {}
     for line in listing:
         fields = line.split()
         if fields:
             kernels[fields[0]] = fields[1]
             weight_bytes[fields[0]] = int(fields[2]) if len(fields) > 2 else 0
+            kv_bytes[fields[0]] = int(fields[3]) if len(fields) > 3 else 0
+            if len(fields) > 4 and fields[4] != "-":
+                baselines[fields[0]] = fields[4]
     cases = args.case or sorted(kernels)
     unknown = [c for c in cases if c not in kernels]
     if unknown:
         parser.error(f"unknown cases {unknown}; known: {sorted(kernels)}")
+    # A case compared with a baseline brings the baseline along.
+    cases += sorted({baselines[c] for c in cases if c in baselines} - set(cases))
 
     run = rvvtools.run_stamp()
     # The portable variant runs no vector instruction, so its count does not depend on
@@ -152,6 +165,15 @@ def main(argv: list[str] | None = None) -> int:
             if weight_bytes[case]:
                 record["weight_bytes"] = weight_bytes[case]
                 record["insns_per_weight_byte"] = round(rvv["total"] / weight_bytes[case], 4)
+            if kv_bytes[case]:
+                record["kv_bytes"] = kv_bytes[case]
+            if case in baselines:
+                base = results[(baselines[case], vlen, "rvv")]
+                record["baseline_case"] = baselines[case]
+                record["insns_vs_baseline"] = round(rvv["total"] / base["total"], 3)
+                record["est_cycles_vs_baseline"] = round(
+                    cycles_rvv / rvvtools.est_cycles(base, vlen), 3
+                )
             records.append(record)
     header = (
         f"{'case':<28} {'VLEN':>5} {'RVV insns':>12} {'scalar insns':>14} {'ratio':>7} "
@@ -166,6 +188,22 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['ratio']:>7.2f} {r['est_cycles_rvv']:>15,} {r['cycle_ratio']:>12.2f} "
             f"{'' if per_byte is None else f'{per_byte:.4f}':>17}"
         )
+    compared = [r for r in records if "baseline_case" in r]
+    if compared:
+        header = (
+            f"\n{'case':<28} {'VLEN':>5} {'KV bytes/call':>14} {'vs case':<28} "
+            f"{'insns ratio':>11} {'est cycles ratio':>16}"
+        )
+        print(header)
+        print("-" * len(header.strip()))
+        for r in sorted(
+            (r for r in records if r.get("kv_bytes")), key=lambda r: (r["vlen"], r["case"])
+        ):
+            print(
+                f"{r['case']:<28} {r['vlen']:>5} {r['kv_bytes']:>14,} "
+                f"{r.get('baseline_case', '-'):<28} "
+                f"{r.get('insns_vs_baseline', ''):>11} {r.get('est_cycles_vs_baseline', ''):>16}"
+            )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(records, indent=2) + "\n")
     print(f"wrote {args.out}")

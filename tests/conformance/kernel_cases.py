@@ -231,6 +231,17 @@ def decode_cases() -> list[DecodeCase]:
             out.append(case(g, seed, 12, 2, 128, 128, (1, 77, 300), qd, kd, splits=(3,)))
     out.append(case(g, seed + 1, 7, 1, 80, 80, (5, 129), BF16, I8, cap=20.0, window=50,
                     sinks=True, splits=(2,)))  # fmt: skip
+    # int8 caches with unpadded rows, as SGLang's pools have them: RVV reads these rows in
+    # 16-bit pairs (the padded ones above, at odd offsets, take the generic form); K 50 and
+    # V 42 elements: rows of an odd number of 16-bit words.
+    seed += 1
+    for qd in (F32, BF16, F16):
+        seed += 1
+        out.append(case(g, seed, 12, 2, 128, 128, (1, 77, 300, 1000), qd, I8, splits=(3,),
+                        padded=False))  # fmt: skip
+    out.append(case(g, seed + 1, 7, 1, 80, 80, (5, 129), BF16, I8, cap=20.0, window=50,
+                    sinks=True, splits=(2,), padded=False))  # fmt: skip
+    out.append(case(g, seed + 2, 6, 3, 50, 42, (33, 130), BF16, I8, splits=(2,), padded=False))
 
     g = "decode_attention_features"
     # Logit cap x sliding window x sinks, over requests shorter and longer than the window.

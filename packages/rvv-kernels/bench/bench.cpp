@@ -4,7 +4,8 @@
 // difference, so set-up, process start-up and first-call effects cancel out.
 //
 // Usage: rvvk_bench CASE REPS     (rvvk_bench --list prints the cases: name, kernel,
-// weight bytes streamed per call or 0)
+// weight bytes streamed per call or 0, KV-cache bytes read per call or 0, the case
+// it is compared with or "-")
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +50,11 @@ struct Case {
   // Bytes of weights one call streams (linear layers at M = 1), 0 otherwise:
   // tools/bench_kernels.py reports instructions per weight byte for these.
   std::int64_t weight_bytes = 0;
+  // Bytes of KV cache one call reads (decode: K and V rows, plus scales), 0 otherwise.
+  std::int64_t kv_bytes = 0;
+  // The case this one is compared with (same shapes, another dtype), or null:
+  // tools/bench_kernels.py reports the instruction and cycle ratios to it.
+  const char* baseline = nullptr;
 };
 
 // The Qwen2.5-1.5B layer's heads and a bf16 KV cache (k, v: kHkv heads of kD a
@@ -72,20 +78,50 @@ void qwen_attention(Args& a, const void* k, const void* v, const std::int32_t* r
   a.sm_scale = 0.08838834764831845f;  // 1 / sqrt(kD)
 }
 
+// Decode shapes: 4 requests, 1024 cached tokens + the new one each, cache rows
+// shuffled by a stride.
+constexpr std::int64_t kDecodeB = 4, kDecodeL = 1025, kDecodeT = kDecodeB * kDecodeL;
+
+// The decode case over a KV cache of `dt`: kBF16, or kI8 with fp32 per-token,
+// per-KV-head scales (real = stored * scale), the cache rvv-ops' INT8 decode op
+// hands to the same entry points.
+template <DType dt>
 std::function<void()> decode_case() {
-  // 4 requests, 1024 cached tokens + the new one each, cache rows shuffled by a stride.
-  constexpr std::int64_t B = 4, L = 1025, S = 8, T = B * L;
+  constexpr std::int64_t B = kDecodeB, L = kDecodeL, S = 8, T = kDecodeT;
   static Rng rng;
   static auto q = random_bf16(B * kHq * kD, rng);
-  static auto k = random_bf16(T * kHkv * kD, rng);
-  static auto v = random_bf16(T * kHkv * kD, rng);
+  static std::vector<std::uint16_t> k16, v16;
+  static std::vector<std::int8_t> k8, v8;
+  static std::vector<float> k_scales, v_scales;
+  if constexpr (dt == DType::kI8) {
+    for (auto* c : {&k8, &v8}) {
+      c->resize(T * kHkv * kD);
+      for (auto& x : *c) x = static_cast<std::int8_t>(rng.next() * 127.0f);
+    }
+    // Scales of rows whose absmax was about 1 (absmax / 127), varying per row and head.
+    for (auto* s : {&k_scales, &v_scales}) {
+      s->resize(T * kHkv);
+      for (float& x : *s) x = (1.0f + 0.25f * rng.next()) / 127.0f;
+    }
+  } else {
+    k16 = random_bf16(T * kHkv * kD, rng);
+    v16 = random_bf16(T * kHkv * kD, rng);
+  }
   static std::vector<std::uint16_t> o(B * kHq * kD);
   static std::vector<std::int32_t> r2t(B * L);
   for (std::int64_t i = 0; i < B * L; ++i) r2t[i] = static_cast<std::int32_t>((i * 7919) % T);
   static std::vector<std::int64_t> pool = {0, 1, 2, 3}, lens = {L, L, L, L};
   static std::vector<float> partial(B * kHq * S * (kD + 1));
   static rvvk::DecodeAttentionArgs a;
-  qwen_attention(a, k.data(), v.data(), r2t.data(), L, pool.data(), lens.data());
+  if constexpr (dt == DType::kI8) {
+    qwen_attention(a, k8.data(), v8.data(), r2t.data(), L, pool.data(), lens.data());
+    a.cache.dtype = DType::kI8;
+    a.cache.k_scales = k_scales.data();
+    a.cache.v_scales = v_scales.data();
+    a.cache.scales_stride = kHkv;
+  } else {
+    qwen_attention(a, k16.data(), v16.data(), r2t.data(), L, pool.data(), lens.data());
+  }
   a.batch = B;
   a.num_splits = S;
   a.q_dtype = a.o_dtype = DType::kBF16;
@@ -100,6 +136,12 @@ std::function<void()> decode_case() {
     rvvk::decode_attention_partial(a, 0, rvvk::decode_attention_partial_tasks(a));
     rvvk::decode_attention_merge(a, 0, rvvk::decode_attention_merge_tasks(a));
   };
+}
+
+// KV-cache bytes one decode call reads: every request's K and V rows of all KV
+// heads (elem bytes each), plus for int8 their fp32 K and V scales.
+constexpr std::int64_t decode_kv_bytes(std::int64_t elem, bool scales) {
+  return kDecodeT * kHkv * (2 * kD * elem + (scales ? 2 * 4 : 0));
 }
 
 std::function<void()> extend_case() {
@@ -264,7 +306,11 @@ std::function<void()> w8a8_case() {
 
 const std::map<std::string, Case>& cases() {
   static const std::map<std::string, Case> c = {
-      {"decode_bf16_qwen2.5-1.5b", {"decode_attention", decode_case}},
+      {"decode_bf16_qwen2.5-1.5b",
+       {"decode_attention", decode_case<DType::kBF16>, 0, decode_kv_bytes(2, false)}},
+      {"decode_int8_qwen2.5-1.5b",
+       {"decode_attention", decode_case<DType::kI8>, 0, decode_kv_bytes(1, true),
+        "decode_bf16_qwen2.5-1.5b"}},
       {"extend_bf16_qwen2.5-1.5b", {"extend_attention", extend_case}},
       {"rmsnorm_bf16_1536", {"rmsnorm", rmsnorm_case}},
       {"silu_and_mul_bf16_8960", {"act_and_mul", silu_and_mul_case}},
@@ -282,7 +328,9 @@ const std::map<std::string, Case>& cases() {
 int main(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], "--list") == 0) {
     for (const auto& [name, c] : cases()) {
-      std::printf("%s %s %lld\n", name.c_str(), c.kernel, static_cast<long long>(c.weight_bytes));
+      std::printf("%s %s %lld %lld %s\n", name.c_str(), c.kernel,
+                  static_cast<long long>(c.weight_bytes), static_cast<long long>(c.kv_bytes),
+                  c.baseline ? c.baseline : "-");
     }
     return 0;
   }

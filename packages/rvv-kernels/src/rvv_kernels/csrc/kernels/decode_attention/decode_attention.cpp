@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "decode_attention_isa.h"
@@ -33,6 +34,18 @@ namespace {
 
 using detail::at;
 using detail::cache_row;
+
+// Whether the products P apply an int8 cache's K scales (BlockRows::k_scales)
+// to the scores themselves: P has a public scales_k() saying so. Otherwise the
+// driver multiplies the scores by them.
+template <class P, class = void>
+struct ScalesK {
+  static bool of(const P& /*isa*/) { return false; }
+};
+template <class P>
+struct ScalesK<P, std::void_t<decltype(std::declval<const P&>().scales_k())>> {
+  static bool of(const P& isa) { return isa.scales_k(); }
+};
 
 // s[0, n) *= f[0, n)
 void mul_rows(float* s, const float* f, std::int64_t n) {
@@ -52,9 +65,11 @@ void scale_row(float* x, std::int64_t n, float s) {
 }
 
 // Online-softmax update of one head with the block's raw scores s[0, nb):
-// s becomes the unnormalised probabilities; returns the factor by which the
-// head's earlier accumulator must be scaled.
-float softmax_block(float* s, std::int64_t nb, float cap, float& m, float& l) {
+// s becomes the unnormalised probabilities (times v_scales[0, nb), an int8
+// cache's V scales, when given: the sum l is of the probabilities alone);
+// returns the factor by which the head's earlier accumulator must be scaled.
+float softmax_block(float* s, std::int64_t nb, float cap, float& m, float& l,
+                    const float* v_scales) {
   if (cap > 0.0f) {
     for (std::int64_t j = 0; j < nb;) {
       const std::size_t vl = F::setvl(static_cast<std::size_t>(nb - j));
@@ -75,7 +90,7 @@ float softmax_block(float* s, std::int64_t nb, float cap, float& m, float& l) {
     // exp, not exp_nonpositive (s - m_new <= 0 here too): with these short loops
     // (kBlock keys) exp retires fewer instructions in all on RVV.
     const F::V e = F::exp(F::add(F::load(s + j, vl), -m_new, vl), vl);
-    F::store(s + j, e, vl);
+    F::store(s + j, v_scales ? F::mul(e, F::load(v_scales + j, vl), vl) : e, vl);
     sum += F::reduce_sum(e, vl);
     j += static_cast<std::int64_t>(vl);
   }
@@ -98,9 +113,10 @@ Scratch& scratch() {
 // One task: request b, split `split`, KV heads [kv0, kv0 + nkv) (nkv <=
 // kDecodeKvHeadsPerTask). The KV heads take each key block in turn, so a cache
 // row's pieces of these heads are fetched one block apart at most, not a whole
-// split apart.
+// split apart. Not inlined into the dtype dispatch: each (q, cache) dtype pair
+// compiles on its own, so one cache type's code does not change another's.
 template <class TQ, class TKV>
-void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
+__attribute__((noinline)) void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
   const std::int64_t splits = a.num_splits, hkv = a.num_kv_heads;
   const std::int64_t kv_groups = decode_attention_kv_groups(a);
   const std::int64_t b = task / (kv_groups * splits);
@@ -130,9 +146,11 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
     isa.prepare_q(g, at<TQ>(a.q, q_off));
   }
   const KvCache& c = a.cache;
-  // int8 caches carry a scale per token and KV head, applied to the scores (K)
-  // and to the probabilities after the softmax sums (V).
+  // int8 caches carry a scale per token and KV head, applied to the scores (K:
+  // by the products where they can, else here) and to the probabilities after
+  // the softmax sums (V).
   constexpr bool kPerToken = std::is_same_v<TKV, std::int8_t>;
+  const bool scale_scores = kPerToken && !ScalesK<Products<TQ, TKV>>::of(isa);
   const std::int64_t req = a.req_pool_indices[b];
   // Per KV head, the row pointers (and for int8 the scales) of the current block
   // ([0, kBlock)) and of the next one ([kBlock, 2 kBlock)), moved down after
@@ -172,16 +190,17 @@ void partial_task(const DecodeAttentionArgs& a, std::int64_t task) {
         detail::kCanPrefetch ? std::clamp<std::int64_t>(hi - t0 - kBlock, 0, kBlock) : 0;
     rows_of(t0 + kBlock, next, kBlock);
     for (std::int64_t h = 0; h < nkv; ++h) {
-      const BlockRows<TKV> rows{kb[h], vb[h], nb, next, t0 == lo, k_bytes, v_bytes};
+      const float* const k_scales = kPerToken ? kscale[h] : nullptr;
+      const BlockRows<TKV> rows{kb[h], vb[h], nb, next, t0 == lo, k_bytes, v_bytes, k_scales};
       float* const acc = sc.acc.data() + h * group * dim_v;
       float* const m = sc.m.data() + h * group;
       float* const l = sc.l.data() + h * group;
       isa.qk(h, rows, sc.scores.data());
       for (std::int64_t g = 0; g < group; ++g) {
         float* s = sc.scores.data() + g * kBlock;
-        if constexpr (kPerToken) mul_rows(s, kscale[h], nb);
-        const float alpha = softmax_block(s, nb, a.logit_cap, m[g], l[g]);
-        if constexpr (kPerToken) mul_rows(s, vscale[h], nb);
+        if (scale_scores) mul_rows(s, kscale[h], nb);
+        const float alpha =
+            softmax_block(s, nb, a.logit_cap, m[g], l[g], kPerToken ? vscale[h] : nullptr);
         if (alpha != 1.0f) scale_row(acc + g * dim_v, dim_v, alpha);
       }
       isa.pv(acc, rows, sc.scores.data());

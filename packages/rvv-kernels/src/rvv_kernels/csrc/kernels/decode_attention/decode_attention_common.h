@@ -50,7 +50,8 @@ struct Prefetch {
 // One KV head's rows of a key block, as the driver hands them to the products:
 // k[j] / v[j] for the block's keys j < nb, then (k[kBlock + j], v[kBlock + j],
 // j < next) the next block's rows, to prefetch. first: the split's first block
-// (nothing prefetched its rows).
+// (nothing prefetched its rows). k_scales: an int8 cache's K scales of the
+// block's keys (null for other caches).
 template <class TKV>
 struct BlockRows {
   const TKV* const* k;
@@ -58,6 +59,7 @@ struct BlockRows {
   std::int64_t nb, next;
   bool first;
   std::int64_t k_bytes, v_bytes;  // bytes of a K row and of a V row
+  const float* k_scales = nullptr;
 };
 
 // dst[0, n) = src[0, n) * scale in fp32 (q scaled by sm_scale and k_scale).
