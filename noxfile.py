@@ -126,7 +126,12 @@ def serve(session: nox.Session) -> None:
     ``nox -s serve -- --model-path PATH [launch_server flags]`` serves another model.
     """
     install_sglang(session)
-    session.run("python", "-m", "sglang_rvv.serve", *session.posargs)
+    # Ctrl-C reaches nox and the wrapper together; nox's defaults would SIGKILL the wrapper
+    # 0.5 s later. These let the wrapper stop the server in order (its grace is 15 s).
+    session.run(
+        "python", "-m", "sglang_rvv.serve", *session.posargs,
+        interrupt_timeout=30, terminate_timeout=30,
+    )  # fmt: skip
 
 
 @nox.session(name="wheels-riscv64")

@@ -11,12 +11,22 @@ SGLang's own warm-up request runs (one short generation before ``/health`` answe
 server listens and logs the refused connection as a traceback. The soft limit of open files
 is raised (up to the hard limit) before the server starts: SGLang asks for 65535 itself and
 cannot go above the hard limit either.
+
+Stopping: the server runs in its own session and process group (SGLang spawns a scheduler and
+a detokenizer into it). SIGINT, SIGTERM and SIGHUP to this wrapper send SIGTERM to the server
+(SGLang drains its requests and stops its processes), and SIGKILL to the whole group after
+:data:`STOP_GRACE` seconds or at a second stop signal. A wrapper killed outright (SIGKILL)
+takes the server with it: on Linux the server is started with the parent-death signal
+SIGKILL (``PR_SET_PDEATHSIG``), and SGLang gives its own children the same. ``--sleep-on-idle``
+is passed unless ``--no-sleep-on-idle`` is given: without it SGLang's scheduler polls its
+sockets and keeps a core busy while no request is in flight.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import resource
@@ -26,8 +36,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 DEFAULTS = {
     "--device": "cpu",
@@ -59,14 +71,24 @@ SGLANG_SERVE = (
 )
 
 
-def server_command(extra: Sequence[str], model_path: Path | None) -> list[str]:
-    """The ``sglang serve`` command line: our defaults, overridden by anything in ``extra``."""
+SLEEP_ON_IDLE = "--sleep-on-idle"
+"""Passed by default: SGLang's scheduler then blocks (up to 1 s, woken by a request) on its
+sockets when it has nothing to run, instead of polling them in a busy loop."""
+
+
+def server_command(
+    extra: Sequence[str], model_path: Path | None, *, sleep_on_idle: bool = True
+) -> list[str]:
+    """The ``sglang serve`` command line: our defaults, overridden by anything in ``extra``;
+    ``--sleep-on-idle`` unless ``sleep_on_idle`` is false."""
     cmd = [sys.executable, "-c", SGLANG_SERVE, "serve", "--model-type", "llm"]
     if model_path is not None:
         cmd += ["--model-path", str(model_path)]
     for flag, value in DEFAULTS.items():
         if not _has(extra, flag):
             cmd += [flag, value]
+    if sleep_on_idle and SLEEP_ON_IDLE not in extra:
+        cmd.append(SLEEP_ON_IDLE)
     return cmd + list(extra)
 
 
@@ -108,20 +130,126 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float) -> Non
         time.sleep(1)
 
 
-def stop_group(proc: subprocess.Popen[bytes], grace: float = 30) -> None:
+STOP_GRACE = 15.0
+"""Seconds the server gets to drain and stop after SIGTERM before its group is SIGKILLed."""
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The signals on which the wrapper stops the server (Ctrl-C, a process manager, a closed
+terminal)."""
+
+_PR_SET_PDEATHSIG = 1
+"""prctl(2) option: the signal this process receives when the thread that forked it exits."""
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child receive SIGKILL when this process dies, however it
+    dies (Linux ``PR_SET_PDEATHSIG``; kept across ``exec``), or None where that does not exist.
+    SIGKILL because a wrapper killed outright leaves nobody to escalate a slower signal; the
+    server's scheduler and detokenizer have the same signal on the server's death (SGLang's
+    ``kill_itself_when_parent_died``). The signal is tied to the forking thread, so the server
+    is started from the main thread."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def preexec() -> None:
+        if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        # The parent may have died between fork and prctl: then nobody would signal us.
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (``[0]`` is the state,
+    ``[2]`` the process group, ``[3]`` the session, ``[11]``/``[12]`` utime/stime in clock
+    ticks, ``[19]`` the start time), or None if the process is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``, from ``/proc`` (Linux)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = proc_stat(int(entry.name))
+            if fields is not None and fields[0] not in "ZX" and int(fields[2]) == pgid:
+                found.append(int(entry.name))
+    return found
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE) -> None:
     """SIGTERM to the server process, which drains requests and stops its own scheduler and
     detokenizer (SIGINT would end it with the KeyboardInterrupt's traceback; a signal to its
     children first would make it report them as crashed), then SIGKILL to whatever of its
-    process group is left after ``grace``."""
-    try:
-        proc.send_signal(signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=grace)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    process group is left after ``grace`` seconds, and a short wait (on Linux) until the group
+    is gone, so that its port is free when this returns."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
+    _kill_group(proc.pid, signal.SIGKILL)
     proc.wait()
+    if sys.platform.startswith("linux"):
+        deadline = time.monotonic() + 10
+        while group_members(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+class StopRequested(BaseException):
+    """Raised in the main thread when a stop signal arrives while the server runs (a
+    BaseException, like KeyboardInterrupt, so that no ``except Exception`` swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+class StopSignals:
+    """Handlers for :data:`STOP_SIGNALS`: the first one raises :class:`StopRequested` (once a
+    server is attached; a signal that arrives while it is being started is held until then),
+    any later one SIGKILLs the server's group at once (an impatient user, or a process
+    manager's follow-up signal)."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.signum: int | None = None
+        self.stopping = False
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.stopping:
+            if self.proc is not None:
+                _kill_group(self.proc.pid, signal.SIGKILL)
+            return
+        self.stopping = True
+        self.signum = signum
+        if self.proc is not None:
+            raise StopRequested(signum)
+
+    def attach(self, proc: subprocess.Popen[bytes]) -> None:
+        """The server to stop; raises :class:`StopRequested` if a signal came while it started."""
+        self.proc = proc
+        if self.signum is not None:
+            raise StopRequested(self.signum)
+
+    def restore(self) -> None:
+        """Puts the previous handlers back."""
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -142,6 +270,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="send one completion, print it, stop the server and exit (a smoke test)",
     )
+    parser.add_argument(
+        "--no-sleep-on-idle",
+        action="store_true",
+        help="do not pass --sleep-on-idle (SGLang's scheduler then polls, using a core, when idle)",
+    )
     args, extra = parser.parse_known_args(argv)
 
     if args.model_path:
@@ -154,37 +287,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = dict(os.environ)
     env.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     raise_open_files_limit()
-    cmd = server_command(extra, model)
+    cmd = server_command(extra, model, sleep_on_idle=not args.no_sleep_on_idle)
     url = f"http://{_value(cmd, '--host')}:{_value(cmd, '--port')}"
     print("[serve] sglang " + " ".join(cmd[cmd.index("serve") :]), flush=True)
-    # Its own process group: SGLang spawns schedulers and a detokenizer, stopped together.
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    stop = StopSignals()
     try:
-        wait_healthy(url, proc, args.ready_timeout)
-        print(
-            f"\n[serve] ready: {url}  (model {model or 'see --model-path'}, attention backend "
-            f"{_value(cmd, '--attention-backend')})\n"
-            f"[serve] try:  curl -s {url}/v1/completions -H 'Content-Type: application/json' "
-            '-d \'{"model": "default", "prompt": "The vector unit", "max_tokens": 16, '
-            '"temperature": 0}\'\n'
-            "[serve] Ctrl-C stops the server.\n",
-            flush=True,
-        )
-        if args.exit_when_ready:
-            request = {"model": "default", "prompt": "The vector unit", "max_tokens": 16}
-            body = json.dumps({**request, "temperature": 0}).encode()
-            req = urllib.request.Request(
-                url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
-            )
-            with urllib.request.urlopen(req, timeout=120) as resp:
-                text = json.loads(resp.read())["choices"][0]["text"]
-            print(f"[serve] completion: {text!r}", flush=True)
+        # Its own session and process group: SGLang spawns a scheduler and a detokenizer,
+        # stopped together; a Ctrl-C meant for the terminal's foreground group reaches only
+        # this wrapper, which stops the server in order.
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent())
+        try:
+            print(f"[serve] server pid {proc.pid} (its process group)", flush=True)
+            stop.attach(proc)
+            return _serve(proc, url, model, cmd, args)
+        except StopRequested as exc:
+            with contextlib.suppress(OSError):  # e.g. SIGHUP: the terminal may be gone
+                print(f"[serve] {exc}: stopping the server", flush=True)
             return 0
-        return proc.wait()
-    except KeyboardInterrupt:
-        return 0
+        finally:
+            stop.stopping = True
+            stop_group(proc)
     finally:
-        stop_group(proc)
+        stop.restore()
+
+
+def _serve(
+    proc: subprocess.Popen[bytes], url: str, model: Path | None, cmd: list[str], args: Any
+) -> int:
+    """Waits until the server is ready, prints how to query it, then serves until it exits
+    (or, with ``--exit-when-ready``, sends one completion and returns)."""
+    wait_healthy(url, proc, args.ready_timeout)
+    print(
+        f"\n[serve] ready: {url}  (model {model or 'see --model-path'}, attention backend "
+        f"{_value(cmd, '--attention-backend')})\n"
+        f"[serve] try:  curl -s {url}/v1/completions -H 'Content-Type: application/json' "
+        '-d \'{"model": "default", "prompt": "The vector unit", "max_tokens": 16, '
+        '"temperature": 0}\'\n'
+        "[serve] Ctrl-C stops the server.\n",
+        flush=True,
+    )
+    if args.exit_when_ready:
+        request = {"model": "default", "prompt": "The vector unit", "max_tokens": 16}
+        body = json.dumps({**request, "temperature": 0}).encode()
+        req = urllib.request.Request(
+            url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            text = json.loads(resp.read())["choices"][0]["text"]
+        print(f"[serve] completion: {text!r}", flush=True)
+        return 0
+    return proc.wait()
 
 
 if __name__ == "__main__":
