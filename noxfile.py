@@ -129,6 +129,29 @@ def serve(session: nox.Session) -> None:
     session.run("python", "-m", "sglang_rvv.serve", *session.posargs)
 
 
+# The sanitizer build of rvv-ops' _C.so: tools/sanitize.py's NATIVE_SANITIZE and OPT_FLAGS, the
+# checks and optimisation of the native kernels build.
+SANITIZE_OPS_ARGS = (
+    "-DRVV_OPS_SANITIZE=address,undefined,float-cast-overflow -DCMAKE_CXX_FLAGS_RELEASE=-O1"
+)
+
+
+@nox.session
+def sanitize(session: nox.Session) -> None:
+    """rvv-kernels' C++ tests and rvv-ops' tests built with AddressSanitizer and UBSan: the C++
+    driver natively (portable and every x86 variant the CPU runs) and cross-built for riscv64
+    under QEMU 10 (VLEN 128 and 512, Zvfh at 256; UBSan in trap mode there), then rvv-ops'
+    tests on a sanitized _C.so. Any finding fails the session. ``-- --quick``: VLEN 128 only
+    and rvv-ops' quick row lengths; ``-- --steps kernels,kernels-riscv,ops`` picks steps."""
+    session.install(TORCH, "numpy", "pytest", "hatchling", KERNELS)
+    # Its own venv: this _C.so (needing the ASan runtime preloaded) never reaches another session.
+    session.install(
+        "--no-build-isolation", "--force-reinstall", "--no-deps", OPS,
+        env={"RVV_OPS_CMAKE_ARGS": SANITIZE_OPS_ARGS},
+    )  # fmt: skip
+    session.run("python", "tools/sanitize.py", *session.posargs)
+
+
 @nox.session(name="wheels-riscv64")
 def wheels_riscv64(session: nox.Session) -> None:
     """Cross-builds the riscv64 wheel of rvv-ops (and rvv-kernels') into dist/."""
@@ -237,6 +260,7 @@ def lint(session: nox.Session) -> None:
         "tools/bench_x86.py",
         "tools/bench_e2e_riscv.py",
         "tools/bench_report.py",
+        "tools/sanitize.py",
         "tools/tests",
         "noxfile.py",
     )

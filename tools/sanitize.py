@@ -1,0 +1,223 @@
+"""Runs rvv-kernels' C++ tests and rvv-ops' tests built with AddressSanitizer and UBSan.
+
+``nox -s sanitize`` runs this script; every finding aborts the run that found it
+(``-fno-sanitize-recover=all``, ``halt_on_error=1``), so a run passes only with zero findings.
+
+Steps (``--steps``, default all):
+
+``kernels``
+    rvv-kernels' test driver built natively with GCC and
+    ``-fsanitize=address,undefined,float-cast-overflow`` (``RVVK_SANITIZE``), run on every
+    variant this CPU runs: portable and each x86 one (``x86_amx`` only on a CPU with AMX).
+``kernels-riscv``
+    the same driver cross-built for riscv64 with clang-16 and
+    ``-fsanitize=address,undefined -fsanitize-trap=undefined`` and run under QEMU 10 user
+    mode (:data:`QEMU_RUNS`). clang-16 has no riscv64 sanitizer runtimes: the driver links
+    GCC 12's riscv64 ``libasan.so`` (Debian's ``libasan8-riscv64-cross``) and UBSan runs in
+    trap mode, which needs no runtime (a finding is an illegal instruction, SIGILL, with no
+    report). QEMU must confine the guest to 256 GiB of address space (``-R``): ASan's riscv64
+    layout assumes Sv39, and with QEMU's default 47-bit guest space its allocator aborts at
+    start-up. clang-16's ASan does not instrument RVV intrinsic loads and stores
+    (``__riscv_vle*`` / ``__riscv_vse*`` are target intrinsics to it), only scalar accesses:
+    an RVV kernel's vector reads and writes past a buffer go unseen here; the portable and
+    x86 runs check the same logic's indexing.
+``ops``
+    rvv-ops' tests and ``tests/conformance/test_ops.py`` with an rvv-ops ``_C.so`` (and the
+    rvv-kernels code in it) built with ``-fsanitize=address,undefined`` (the nox session
+    installs that build, ``RVV_OPS_SANITIZE``). Python and torch are not instrumented: the
+    ASan runtime is preloaded (``LD_PRELOAD``, it must be the first library of the process)
+    and leak detection is off (``detect_leaks=0``): at exit CPython and torch keep
+    allocations they never free, which LeakSanitizer would report as leaks of the process.
+
+``--quick``: the riscv64 runs at VLEN 128 only, and rvv-ops' quick row lengths.
+
+Usage: python tools/sanitize.py [--steps kernels,kernels-riscv,ops] [--quick] [--build-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import kernels_tests
+import rvvtools
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = ROOT / "packages" / "rvv-kernels"
+OPS = ROOT / "packages" / "rvv-ops"
+STEPS = ("kernels", "kernels-riscv", "ops")
+
+# The native checks. float-cast-overflow (a float -> integer conversion out of range, NaN
+# included, is undefined behaviour) is not part of GCC's -fsanitize=undefined.
+NATIVE_SANITIZE = "address,undefined,float-cast-overflow"  # noxfile.py: SANITIZE_OPS_ARGS too
+# The riscv64 checks: UBSan in trap mode (no runtime).
+RISCV_SANITIZE = "address,undefined"
+# The riscv64 ASan runtime: GCC 12's, from Debian's libasan8-riscv64-cross (tools/provision.sh
+# sanitizers).
+RISCV_LIBASAN = rvvtools.cross_sysroot() / "lib" / "libasan.so.8"
+# Guest address space for QEMU (-R): 256 GiB, inside ASan's riscv64 (Sv39) layout.
+RISCV_RESERVED_VA = "0x4000000000"
+# (VLEN, Zvfh, variants tested) of the riscv64 runs; --quick keeps the first.
+QEMU_RUNS: list[tuple[int, bool, str]] = [
+    (128, False, "portable,rvv"),
+    (512, False, "rvv"),
+    (256, True, "rvv_zvfh"),
+]
+
+# The sanitizer builds' optimisation: -O1 (ASan's advice), with assertions on. -O3 with ASan and
+# UBSan takes GCC many times longer on the kernels' inlined templates.
+OPT_FLAGS = "-O1"
+# Every finding ends the process with a report and a failing exit status.
+ASAN_OPTIONS = "halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=1"
+UBSAN_OPTIONS = "halt_on_error=1:print_stacktrace=1"
+
+
+def sanitizer_env(extra_asan: str = "") -> dict[str, str]:
+    """The environment of a sanitized run (ASan and UBSan options, appended to any given)."""
+    env = dict(os.environ)
+    asan = ASAN_OPTIONS + (f":{extra_asan}" if extra_asan else "")
+    env["ASAN_OPTIONS"] = ":".join(filter(None, [asan, env.get("ASAN_OPTIONS", "")]))
+    env["UBSAN_OPTIONS"] = ":".join(filter(None, [UBSAN_OPTIONS, env.get("UBSAN_OPTIONS", "")]))
+    return env
+
+
+def build_kernels(build_dir: Path, cmake_args: list[str]) -> Path:
+    """Configures and builds rvv-kernels' test driver with `cmake_args`; returns its path."""
+    subprocess.run(
+        ["cmake", "-S", str(KERNELS), "-B", str(build_dir), "-G", "Ninja",
+         "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_CXX_FLAGS_RELEASE={OPT_FLAGS}", *cmake_args],
+        check=True,
+    )  # fmt: skip
+    subprocess.run(["cmake", "--build", str(build_dir), "--target", "rvvk_tests"], check=True)
+    return build_dir / "rvvk_tests"
+
+
+def run_logged(label: str, cmd: list[str], env: dict[str, str]) -> bool:
+    """Runs `cmd`, echoes its output (sanitizer reports included); True when it passed."""
+    start = time.monotonic()
+    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    print(
+        f"--- {label}: {' '.join(cmd)}\n{result.stdout}"
+        f"--- {label}: exit {result.returncode} in {time.monotonic() - start:.1f} s",
+        flush=True,
+    )
+    return result.returncode == 0
+
+
+def kernels_native(build_dir: Path, cases: Path) -> bool:
+    """The native driver, every variant this CPU runs."""
+    rvvtools.provision(["sanitizers"])
+    driver = build_kernels(build_dir / "native", [f"-DRVVK_SANITIZE={NATIVE_SANITIZE}"])
+    env = sanitizer_env()
+    env["RVVK_CASES_DIR"] = str(cases)
+    env["RVVK_TEST_VARIANTS"] = ""  # every compiled variant the CPU runs
+    return run_logged("kernels native (ASan+UBSan)", [str(driver)], env)
+
+
+def kernels_riscv(build_dir: Path, cases: Path, quick: bool) -> list[tuple[str, bool]]:
+    """The riscv64 driver under QEMU 10, one run per entry of QEMU_RUNS."""
+    rvvtools.provision(["toolchain", "qemu10", "sanitizers"])
+    driver = build_kernels(
+        build_dir / "riscv64",
+        [
+            f"-DCMAKE_TOOLCHAIN_FILE={rvvtools.toolchain_file()}",
+            f"-DRVVK_SANITIZE={RISCV_SANITIZE}",
+            "-DRVVK_SANITIZE_TRAP=undefined",
+            f"-DRVVK_SANITIZE_RUNTIME={RISCV_LIBASAN}",
+        ],
+    )
+    results = []
+    for vlen, zvfh, variants in QEMU_RUNS[:1] if quick else QEMU_RUNS:
+        label = f"kernels qemu10 vlen={vlen} zvfh={'on' if zvfh else 'off'} ({variants}, ASan+UBSan-trap)"
+        qemu = rvvtools.qemu_cmd(vlen, zvfh)
+        cmd = [qemu[0], "-R", RISCV_RESERVED_VA, *qemu[1:], str(driver)]
+        env = sanitizer_env()
+        env["RVVK_CASES_DIR"] = str(cases)
+        env["RVVK_TEST_VARIANTS"] = variants
+        results.append((label, run_logged(label, cmd, env)))
+    return results
+
+
+def asan_runtime() -> str:
+    """The path of the ASan runtime the native compiler links (to preload into Python)."""
+    out = subprocess.run(
+        ["c++", "-print-file-name=libasan.so"], stdout=subprocess.PIPE, text=True, check=True
+    ).stdout.strip()
+    path = Path(out).resolve()
+    if not path.is_file():
+        raise RuntimeError(f"c++ names no ASan runtime ({out!r}): install libasan8 (GCC 12's)")
+    return str(path)
+
+
+def ops(quick: bool, pytest_args: list[str]) -> bool:
+    """rvv-ops' tests and the ops' conformance file, in this Python, on the sanitized _C.so."""
+    import rvv_ops
+
+    library = Path(rvv_ops.__file__).parent / "_C.so"
+    dynamic = subprocess.run(
+        ["readelf", "-d", str(library)], stdout=subprocess.PIPE, text=True, check=True
+    ).stdout
+    if "libasan.so" not in dynamic or "libubsan.so" not in dynamic:
+        raise RuntimeError(
+            f"{library} was not built with ASan and UBSan (it needs no libasan / libubsan): "
+            "install rvv-ops with RVV_OPS_CMAKE_ARGS=-DRVV_OPS_SANITIZE=address,undefined "
+            "(nox -s sanitize does)"
+        )
+    env = sanitizer_env("detect_leaks=0")
+    env["LD_PRELOAD"] = asan_runtime()
+    if quick:
+        env["RVV_OPS_TEST_LENGTHS"] = "quick"
+    cmd = [sys.executable, "-m", "pytest", str(OPS / "tests"),
+           str(ROOT / "tests" / "conformance" / "test_ops.py"), "-q", "-p", "no:cacheprovider",
+           *pytest_args]  # fmt: skip
+    return run_logged(f"ops pytest ({library}: ASan+UBSan)", cmd, env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--steps",
+        default=",".join(STEPS),
+        help=f"comma-separated subset of {','.join(STEPS)} (default: all)",
+    )
+    parser.add_argument("--quick", action="store_true", help="VLEN 128 only; quick row lengths")
+    parser.add_argument(
+        "--build-dir",
+        type=Path,
+        default=ROOT / "build" / "sanitize",
+        help="where to build (default: build/sanitize)",
+    )
+    parser.add_argument("pytest_args", nargs="*", help="extra arguments for the ops step's pytest")
+    args = parser.parse_args(argv)
+    steps = args.steps.split(",")
+    unknown = [s for s in steps if s not in STEPS]
+    if unknown:
+        parser.error(f"--steps: unknown {unknown}; known: {list(STEPS)}")
+
+    results: list[tuple[str, bool]] = []
+    if "kernels" in steps or "kernels-riscv" in steps:
+        cases = args.build_dir / "attention-cases"
+        kernels_tests.write_cases(cases)
+        if "kernels" in steps:
+            results.append(("kernels native", kernels_native(args.build_dir, cases)))
+        if "kernels-riscv" in steps:
+            results += kernels_riscv(args.build_dir, cases, args.quick)
+    if "ops" in steps:
+        results.append(("ops", ops(args.quick, args.pytest_args)))
+
+    failed = [label for label, ok in results if not ok]
+    print(
+        f"sanitize: {len(results) - len(failed)} runs passed, {len(failed)} failed"
+        + (f" ({', '.join(failed)})" if failed else "")
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
