@@ -101,7 +101,9 @@ def build_kernels(build_dir: Path, cmake_args: list[str]) -> Path:
 def run_logged(label: str, cmd: list[str], env: dict[str, str]) -> bool:
     """Runs `cmd`, echoes its output (sanitizer reports included); True when it passed."""
     start = time.monotonic()
-    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    result = subprocess.run(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     print(
         f"--- {label}: {' '.join(cmd)}\n{result.stdout}"
         f"--- {label}: exit {result.returncode} in {time.monotonic() - start:.1f} s",
@@ -134,7 +136,8 @@ def kernels_riscv(build_dir: Path, cases: Path, quick: bool) -> list[tuple[str, 
     )
     results = []
     for vlen, zvfh, variants in QEMU_RUNS[:1] if quick else QEMU_RUNS:
-        label = f"kernels qemu10 vlen={vlen} zvfh={'on' if zvfh else 'off'} ({variants}, ASan+UBSan-trap)"
+        zvfh_on = "on" if zvfh else "off"
+        label = f"kernels qemu10 vlen={vlen} zvfh={zvfh_on} ({variants}, ASan+UBSan-trap)"
         qemu = rvvtools.qemu_cmd(vlen, zvfh)
         cmd = [qemu[0], "-R", RISCV_RESERVED_VA, *qemu[1:], str(driver)]
         env = sanitizer_env()
