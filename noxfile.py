@@ -140,7 +140,7 @@ SANITIZE_OPS_ARGS = (
 def sanitize(session: nox.Session) -> None:
     """rvv-kernels' C++ tests and rvv-ops' tests built with AddressSanitizer and UBSan: the C++
     driver natively (portable and every x86 variant the CPU runs) and cross-built for riscv64
-    under QEMU 10 (VLEN 128 and 512, Zvfh at 256; UBSan in trap mode there), then rvv-ops'
+    under QEMU 10 (VLEN 128 and 512, Zvfh at 256; UBSan alone, in trap mode), then rvv-ops''
     tests on a sanitized _C.so. Any finding fails the session. ``-- --quick``: VLEN 128 only
     and rvv-ops' quick row lengths; ``-- --steps kernels,kernels-riscv,ops`` picks steps."""
     session.install(TORCH, "numpy", "pytest", "hatchling", KERNELS)

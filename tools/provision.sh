@@ -18,8 +18,8 @@
 #   sglang-root  the same plus the Debian packages SGLang needs on riscv64
 #              (packages/sglang-rvv/requirements/riscv64-debian.txt, what
 #              tools/install-riscv64.sh apt-installs on a board) at $CACHE/riscv64-sglang-root
-#   sanitizers the sanitizer runtimes of `nox -s sanitize`: GCC 12's native libasan/libubsan and
-#              its riscv64 libasan (libasan8-riscv64-cross), g++ and binutils   (needs root)
+#   sanitizers the sanitizer runtimes of `nox -s sanitize`: GCC 12's libasan and libubsan, g++,
+#              binutils (readelf)                                              (needs root)
 #   all        all of the above except sglang-root
 #
 # CACHE is ${RVV_SGLANG_CACHE:-$HOME/.cache/rvv-sglang}. Each component writes a stamp file
@@ -51,9 +51,8 @@ TOOLCHAIN_PKGS=(clang-16 lld-16 llvm-16 g++-riscv64-linux-gnu libc6-dev-riscv64-
     libstdc++-12-dev-riscv64-cross libgomp1-riscv64-cross binutils-riscv64-linux-gnu
     cmake ninja-build make)
 QEMU7_PKGS=(qemu-user)
-# clang-16 ships no sanitizer runtimes for riscv64 (and Debian 12 has none for it): the riscv64
-# sanitizer build links GCC 12's riscv64 libasan.
-SANITIZER_PKGS=(g++ libasan8 libubsan1 binutils libasan8-riscv64-cross)
+# The native sanitizer builds are GCC's (the riscv64 one is UBSan in trap mode: no runtime).
+SANITIZER_PKGS=(g++ libasan8 libubsan1 binutils)
 PLUGIN_PKGS=(gcc libc6-dev libglib2.0-dev pkg-config xz-utils)
 # libopenblas0: recommended by libtorch2.6 (what a board user's apt install brings); without it
 # apt settles for the reference BLAS.
@@ -267,10 +266,8 @@ ensure_sanitizers() {
     fi
     log "sanitizers: checking the Debian packages"
     host_install "${SANITIZER_PKGS[@]}"
-    [ -f "$CROSS_SYSROOT/lib/libasan.so.8" ] \
-        || die "libasan8-riscv64-cross installed no $CROSS_SYSROOT/lib/libasan.so.8"
     {
-        echo "summary: $(g++ --version | head -n 1), riscv64 libasan $CROSS_SYSROOT/lib/libasan.so.8"
+        echo "summary: $(g++ --version | head -n 1), $(g++ -print-file-name=libasan.so)"
         host_versions "${SANITIZER_PKGS[@]}"
     } | stamp_write sanitizers "$key"
 }
