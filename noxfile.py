@@ -129,26 +129,14 @@ def serve(session: nox.Session) -> None:
     session.run("python", "-m", "sglang_rvv.serve", *session.posargs)
 
 
-# The sanitizer build of rvv-ops' _C.so: tools/sanitize.py's NATIVE_SANITIZE and OPT_FLAGS, the
-# checks and optimisation of the native kernels build.
-SANITIZE_OPS_ARGS = (
-    "-DRVV_OPS_SANITIZE=address,undefined,float-cast-overflow -DCMAKE_CXX_FLAGS_RELEASE=-O1"
-)
-
-
 @nox.session
 def sanitize(session: nox.Session) -> None:
-    """rvv-kernels' C++ tests and rvv-ops' tests built with AddressSanitizer and UBSan: the C++
-    driver natively (portable and every x86 variant the CPU runs) and cross-built for riscv64
-    under QEMU 10 (VLEN 128 and 512, Zvfh at 256; UBSan alone, in trap mode), then rvv-ops''
-    tests on a sanitized _C.so. Any finding fails the session. ``-- --quick``: VLEN 128 only
-    and rvv-ops' quick row lengths; ``-- --steps kernels,kernels-riscv,ops`` picks steps."""
-    session.install(TORCH, "numpy", "pytest", "hatchling", KERNELS)
-    # Its own venv: this _C.so (needing the ASan runtime preloaded) never reaches another session.
-    session.install(
-        "--no-build-isolation", "--force-reinstall", "--no-deps", OPS,
-        env={"RVV_OPS_CMAKE_ARGS": SANITIZE_OPS_ARGS},
-    )  # fmt: skip
+    """rvv-kernels' C++ tests built with sanitizers, any finding failing the session: natively
+    with AddressSanitizer and UBSan (portable and every x86 variant the CPU runs), and
+    cross-built for riscv64 with UBSan alone, in trap mode, under QEMU 10 (VLEN 128 and 512,
+    Zvfh at 256). torch writes the attention tests' case files. ``-- --quick``: VLEN 128 only;
+    ``-- --steps kernels`` or ``kernels-riscv`` picks one."""
+    session.install(TORCH, "numpy", "pytest", KERNELS)
     session.run("python", "tools/sanitize.py", *session.posargs)
 
 

@@ -18,8 +18,8 @@
 #   sglang-root  the same plus the Debian packages SGLang needs on riscv64
 #              (packages/sglang-rvv/requirements/riscv64-debian.txt, what
 #              tools/install-riscv64.sh apt-installs on a board) at $CACHE/riscv64-sglang-root
-#   sanitizers the sanitizer runtimes of `nox -s sanitize`: GCC 12's libasan and libubsan, g++,
-#              binutils (readelf)                                              (needs root)
+#   sanitizers the sanitizer runtimes of `nox -s sanitize`: GCC 12's libasan and libubsan, g++
+#                                                                              (needs root)
 #   all        all of the above except sglang-root
 #
 # CACHE is ${RVV_SGLANG_CACHE:-$HOME/.cache/rvv-sglang}. Each component writes a stamp file
@@ -52,7 +52,7 @@ TOOLCHAIN_PKGS=(clang-16 lld-16 llvm-16 g++-riscv64-linux-gnu libc6-dev-riscv64-
     cmake ninja-build make)
 QEMU7_PKGS=(qemu-user)
 # The native sanitizer builds are GCC's (the riscv64 one is UBSan in trap mode: no runtime).
-SANITIZER_PKGS=(g++ libasan8 libubsan1 binutils)
+SANITIZER_PKGS=(g++ libasan8 libubsan1)
 PLUGIN_PKGS=(gcc libc6-dev libglib2.0-dev pkg-config xz-utils)
 # libopenblas0: recommended by libtorch2.6 (what a board user's apt install brings); without it
 # apt settles for the reference BLAS.

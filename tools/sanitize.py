@@ -1,4 +1,4 @@
-"""Runs rvv-kernels' C++ tests and rvv-ops' tests built with AddressSanitizer and UBSan.
+"""Runs rvv-kernels' C++ tests built with sanitizers: ASan and UBSan natively, UBSan on riscv64.
 
 ``nox -s sanitize`` runs this script; every finding aborts the run that found it
 (``-fno-sanitize-recover=all``, ``halt_on_error=1``), so a run passes only with zero findings.
@@ -28,17 +28,10 @@ Steps (``--steps``, default all):
     (``__riscv_vle*`` / ``__riscv_vse*``: a ``vle32`` of 8 lanes from a 4-float heap buffer
     was not reported). The op drivers (task structure, row and block indexing) are the same
     source in every variant, and the native portable and x86 runs check them with ASan.
-``ops``
-    rvv-ops' tests and ``tests/conformance/test_ops.py`` with an rvv-ops ``_C.so`` (and the
-    rvv-kernels code in it) built with the native step's checks (the nox session installs
-    that build, ``RVV_OPS_SANITIZE``). Python and torch are not instrumented: the
-    ASan runtime is preloaded (``LD_PRELOAD``, it must be the first library of the process)
-    and leak detection is off (``detect_leaks=0``): at exit CPython and torch keep
-    allocations they never free, which LeakSanitizer would report as leaks of the process.
 
-``--quick``: the riscv64 runs at VLEN 128 only, and rvv-ops' quick row lengths.
+``--quick``: the riscv64 runs at VLEN 128 only.
 
-Usage: python tools/sanitize.py [--steps kernels,kernels-riscv,ops] [--quick] [--build-dir DIR]
+Usage: python tools/sanitize.py [--steps kernels,kernels-riscv] [--quick] [--build-dir DIR]
 """
 
 from __future__ import annotations
@@ -58,12 +51,11 @@ import rvvtools
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "packages" / "rvv-kernels"
-OPS = ROOT / "packages" / "rvv-ops"
-STEPS = ("kernels", "kernels-riscv", "ops")
+STEPS = ("kernels", "kernels-riscv")
 
 # The native checks. float-cast-overflow (a float -> integer conversion out of range, NaN
 # included, is undefined behaviour) is not part of GCC's -fsanitize=undefined.
-NATIVE_SANITIZE = "address,undefined,float-cast-overflow"  # noxfile.py: SANITIZE_OPS_ARGS too
+NATIVE_SANITIZE = "address,undefined,float-cast-overflow"
 # The riscv64 checks: UBSan in trap mode (no runtime).
 RISCV_SANITIZE = "undefined"
 # (VLEN, Zvfh, variants tested) of the riscv64 runs; --quick keeps the first.
@@ -151,41 +143,6 @@ def kernels_riscv(build_dir: Path, cases: Path, quick: bool) -> list[tuple[str, 
     return results
 
 
-def asan_runtime() -> str:
-    """The path of the ASan runtime the native compiler links (to preload into Python)."""
-    out = subprocess.run(
-        ["c++", "-print-file-name=libasan.so"], stdout=subprocess.PIPE, text=True, check=True
-    ).stdout.strip()
-    path = Path(out).resolve()
-    if not path.is_file():
-        raise RuntimeError(f"c++ names no ASan runtime ({out!r}): install libasan8 (GCC 12's)")
-    return str(path)
-
-
-def ops(quick: bool, pytest_args: list[str]) -> bool:
-    """rvv-ops' tests and the ops' conformance file, in this Python, on the sanitized _C.so."""
-    import rvv_ops
-
-    library = Path(rvv_ops.__file__).parent / "_C.so"
-    dynamic = subprocess.run(
-        ["readelf", "-d", str(library)], stdout=subprocess.PIPE, text=True, check=True
-    ).stdout
-    if "libasan.so" not in dynamic or "libubsan.so" not in dynamic:
-        raise RuntimeError(
-            f"{library} was not built with ASan and UBSan (it needs no libasan / libubsan): "
-            "install rvv-ops with RVV_OPS_CMAKE_ARGS=-DRVV_OPS_SANITIZE=address,undefined "
-            "(nox -s sanitize does)"
-        )
-    env = sanitizer_env("detect_leaks=0")
-    env["LD_PRELOAD"] = asan_runtime()
-    if quick:
-        env["RVV_OPS_TEST_LENGTHS"] = "quick"
-    cmd = [sys.executable, "-m", "pytest", str(OPS / "tests"),
-           str(ROOT / "tests" / "conformance" / "test_ops.py"), "-q", "-p", "no:cacheprovider",
-           *pytest_args]  # fmt: skip
-    return run_logged(f"ops pytest ({library}: ASan+UBSan)", cmd, env)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -193,14 +150,13 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(STEPS),
         help=f"comma-separated subset of {','.join(STEPS)} (default: all)",
     )
-    parser.add_argument("--quick", action="store_true", help="VLEN 128 only; quick row lengths")
+    parser.add_argument("--quick", action="store_true", help="riscv64: VLEN 128 only")
     parser.add_argument(
         "--build-dir",
         type=Path,
         default=ROOT / "build" / "sanitize",
         help="where to build (default: build/sanitize)",
     )
-    parser.add_argument("pytest_args", nargs="*", help="extra arguments for the ops step's pytest")
     args = parser.parse_args(argv)
     steps = args.steps.split(",")
     unknown = [s for s in steps if s not in STEPS]
@@ -215,8 +171,6 @@ def main(argv: list[str] | None = None) -> int:
             results.append(("kernels native", kernels_native(args.build_dir, cases)))
         if "kernels-riscv" in steps:
             results += kernels_riscv(args.build_dir, cases, args.quick)
-    if "ops" in steps:
-        results.append(("ops", ops(args.quick, args.pytest_args)))
 
     failed = [label for label, ok in results if not ok]
     print(
