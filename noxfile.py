@@ -134,6 +134,17 @@ def serve(session: nox.Session) -> None:
     )  # fmt: skip
 
 
+@nox.session
+def sanitize(session: nox.Session) -> None:
+    """rvv-kernels' C++ tests built with sanitizers, any finding failing the session: natively
+    with AddressSanitizer and UBSan (portable and every x86 variant the CPU runs), and
+    cross-built for riscv64 with UBSan alone, in trap mode, under QEMU 10 (VLEN 128 and 512,
+    Zvfh at 256). torch writes the attention tests' case files. ``-- --quick``: VLEN 128 only;
+    ``-- --steps kernels`` or ``kernels-riscv`` picks one."""
+    session.install(TORCH, "numpy", "pytest", KERNELS)
+    session.run("python", "tools/sanitize.py", *session.posargs)
+
+
 @nox.session(name="wheels-riscv64")
 def wheels_riscv64(session: nox.Session) -> None:
     """Cross-builds the riscv64 wheel of rvv-ops (and rvv-kernels') into dist/."""
@@ -242,6 +253,7 @@ def lint(session: nox.Session) -> None:
         "tools/bench_x86.py",
         "tools/bench_e2e_riscv.py",
         "tools/bench_report.py",
+        "tools/sanitize.py",
         "tools/tests",
         "noxfile.py",
     )

@@ -18,6 +18,8 @@
 #   sglang-root  the same plus the Debian packages SGLang needs on riscv64
 #              (packages/sglang-rvv/requirements/riscv64-debian.txt, what
 #              tools/install-riscv64.sh apt-installs on a board) at $CACHE/riscv64-sglang-root
+#   sanitizers the sanitizer runtimes of `nox -s sanitize`: GCC 12's libasan and libubsan, g++
+#                                                                              (needs root)
 #   all        all of the above except sglang-root
 #
 # CACHE is ${RVV_SGLANG_CACHE:-$HOME/.cache/rvv-sglang}. Each component writes a stamp file
@@ -49,6 +51,8 @@ TOOLCHAIN_PKGS=(clang-16 lld-16 llvm-16 g++-riscv64-linux-gnu libc6-dev-riscv64-
     libstdc++-12-dev-riscv64-cross libgomp1-riscv64-cross binutils-riscv64-linux-gnu
     cmake ninja-build make)
 QEMU7_PKGS=(qemu-user)
+# The native sanitizer builds are GCC's (the riscv64 one is UBSan in trap mode: no runtime).
+SANITIZER_PKGS=(g++ libasan8 libubsan1)
 PLUGIN_PKGS=(gcc libc6-dev libglib2.0-dev pkg-config xz-utils)
 # libopenblas0: recommended by libtorch2.6 (what a board user's apt install brings); without it
 # apt settles for the reference BLAS.
@@ -250,6 +254,22 @@ EOF
         echo "summary: $clangv, sysroot $CROSS_SYSROOT"
         host_versions "${TOOLCHAIN_PKGS[@]}"
     } | stamp_write toolchain "$key"
+}
+
+ensure_sanitizers() {
+    local key missing
+    key=$(printf '%s\n' "${SANITIZER_PKGS[@]}" | sha)
+    missing=$(host_missing "${SANITIZER_PKGS[@]}")
+    if [ -z "$missing" ] && stamp_ok sanitizers "$key"; then
+        present sanitizers
+        return 0
+    fi
+    log "sanitizers: checking the Debian packages"
+    host_install "${SANITIZER_PKGS[@]}"
+    {
+        echo "summary: $(g++ --version | head -n 1), $(g++ -print-file-name=libasan.so)"
+        host_versions "${SANITIZER_PKGS[@]}"
+    } | stamp_write sanitizers "$key"
 }
 
 ensure_qemu7() {
@@ -490,10 +510,10 @@ main() {
     COMPONENTS=()
     for c in "$@"; do
         case "$c" in
-            all) COMPONENTS+=(toolchain qemu7 qemu10 plugin root) ;;
-            toolchain | qemu7 | qemu10 | plugin | root | sglang-root) COMPONENTS+=("$c") ;;
+            all) COMPONENTS+=(toolchain qemu7 qemu10 plugin root sanitizers) ;;
+            toolchain | qemu7 | qemu10 | plugin | root | sglang-root | sanitizers) COMPONENTS+=("$c") ;;
             -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
-            *) die "unknown component '$c' (known: toolchain qemu7 qemu10 plugin root sglang-root all)" ;;
+            *) die "unknown component '$c' (known: toolchain qemu7 qemu10 plugin root sglang-root sanitizers all)" ;;
         esac
     done
 

@@ -91,7 +91,7 @@ __all__ = [
     "toolchain_file",
 ]
 
-COMPONENTS = ("toolchain", "qemu7", "qemu10", "plugin", "root", "all", "sglang-root")
+COMPONENTS = ("toolchain", "qemu7", "qemu10", "plugin", "root", "all", "sglang-root", "sanitizers")
 VLENS = (128, 256, 512, 1024)
 INSNCOUNT_KEYS = ("total", "scalar", "vector", "vsetvl", "vmem")
 
