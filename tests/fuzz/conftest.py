@@ -13,9 +13,11 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+import rvv_attention as ra
 from hypothesis import HealthCheck, settings
 
-EXAMPLES = {"smoke": 6, "long": 400}
+EXAMPLES = {"smoke": 20, "long": 1000}
 """Examples per property in each profile (tests/fuzz/README.md counts the totals)."""
 
 for _name, _count in EXAMPLES.items():
@@ -38,3 +40,11 @@ settings.load_profile(_profile)
 # conformance suite covers attention only): test_rmsnorm, test_activation and test_rotary
 # from packages/rvv-ops/tests, importable by module name from that directory.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "packages" / "rvv-ops" / "tests"))
+
+
+@pytest.fixture(autouse=True)
+def _kernel_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RVV_ATTENTION_IMPL=kernel for every test: the rvv-ops kernels or an exception (a
+    silent fallback to the torch-native path would raise KernelUnavailableError)."""
+    monkeypatch.setenv(ra.ENV_IMPL, "kernel")
+    ra.clear_cache()

@@ -36,10 +36,6 @@ from typing import Any
 import pytest
 import rvv_attention as ra
 import torch
-from hypothesis import assume, given
-from hypothesis import strategies as st
-from torch import Tensor
-
 from conformance.cases import (
     DTYPES,
     DecodeCase,
@@ -57,6 +53,9 @@ from conformance.cases import (
 from conformance.kvcache import KvPool, raw, spare_rows
 from conformance.reference import assert_matches, window_of_ops
 from conformance.test_attention import cache_of, check_cache, kernel_rejects
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from torch import Tensor
 
 # --------------------------------------------------------------------------------------
 # Generators
@@ -107,9 +106,7 @@ def decode_cases(draw: st.DrawFn) -> DecodeCase:
     write = draw(st.booleans())
     low = 1 if write else 0  # a request that writes its new token has one
     lens = draw(st.lists(st.integers(low, 300), min_size=1, max_size=6))
-    return DecodeCase(
-        lens=tuple(lens), write=write, splits=draw(st.integers(1, 16)), **fields
-    )
+    return DecodeCase(lens=tuple(lens), write=write, splits=draw(st.integers(1, 16)), **fields)
 
 
 @st.composite
@@ -142,14 +139,8 @@ def kernel_rejects_extend(case: ExtendCase) -> bool:
 
 
 # --------------------------------------------------------------------------------------
-# Calls through rvv-attention's public API (as conformance.test_attention makes them)
-
-
-@pytest.fixture(autouse=True)
-def _kernel_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """RVV_ATTENTION_IMPL=kernel for every test: the rvv-ops kernels or an exception."""
-    monkeypatch.setenv(ra.ENV_IMPL, "kernel")
-    ra.clear_cache()
+# Calls through rvv-attention's public API (as conformance.test_attention makes them;
+# conftest.py sets RVV_ATTENTION_IMPL=kernel for every test)
 
 
 def call_decode(run: DecodeRun) -> None:
@@ -213,9 +204,27 @@ def decode_run(case: DecodeCase, seed: int) -> DecodeRun:
     return run
 
 
-def extend_run(case: ExtendCase, seed: int) -> ExtendRun:
+def distinct_loc(run: ExtendRun) -> bool:
+    """Whether out_cache_loc names each cache row once, as SGLang's allocator does. The
+    conformance builder gives rows of q of no request the pool's 5 spare rows in turn
+    (row i: spare[i % 5]), so with gaps it may name a spare row twice; an implementation
+    that writes the new tokens may then leave either write there (found by this suite:
+    tests/fuzz/test_regressions.py)."""
+    loc = run.args["out_cache_loc"]
+    return not run.writes or int(loc.unique().numel()) == int(loc.numel())
+
+
+def poisoned_extend(case: ExtendCase, seed: int) -> ExtendRun:
+    """The case's batch with the spare cache rows poisoned."""
     run = make_extend(case, seed, writes=case.kv == "write")
     poison(run.pool, spare_rows(run.pool))
+    return run
+
+
+def extend_run(case: ExtendCase, seed: int) -> ExtendRun:
+    """poisoned_extend for a drawn case: only batches whose out_cache_loc is distinct."""
+    run = poisoned_extend(case, seed)
+    assume(distinct_loc(run))
     return run
 
 
