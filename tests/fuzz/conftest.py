@@ -17,7 +17,7 @@ import pytest
 import rvv_attention as ra
 from hypothesis import HealthCheck, settings
 
-EXAMPLES = {"smoke": 20, "long": 1000}
+EXAMPLES = {"smoke": 20, "long": 300}
 """Examples per property in each profile (tests/fuzz/README.md counts the totals)."""
 
 for _name, _count in EXAMPLES.items():
