@@ -105,8 +105,8 @@ def fuzz_smoke(session: nox.Session) -> None:
 
 @nox.session
 def fuzz(session: nox.Session) -> None:
-    """tests/fuzz with the long budget (FUZZ_PROFILE=long): the examples per property that
-    tests/fuzz/README.md counts, derandomized (the same examples every run)."""
+    """tests/fuzz with the long budget (FUZZ_PROFILE=long; docs/architecture.md, Fuzz suite,
+    counts its examples), derandomized (the same examples every run)."""
     install_fuzz(session)
     session.run(
         "pytest", FUZZ, "-q", "--hypothesis-show-statistics", *session.posargs,

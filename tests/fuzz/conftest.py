@@ -18,7 +18,7 @@ import rvv_attention as ra
 from hypothesis import HealthCheck, settings
 
 EXAMPLES = {"smoke": 20, "long": 300}
-"""Examples per property in each profile (tests/fuzz/README.md counts the totals)."""
+"""Examples per property in each profile (docs/architecture.md, Fuzz suite, counts the totals)."""
 
 for _name, _count in EXAMPLES.items():
     settings.register_profile(
