@@ -23,6 +23,7 @@ nox.options.sessions = [
     "sglang-tests",
     "riscv-tests",
     "bench-smoke",
+    "fuzz-smoke",
     "lint",
 ]
 nox.options.reuse_existing_virtualenvs = True
@@ -78,6 +79,38 @@ def attention_tests(session: nox.Session) -> None:
     session.run(
         "pytest", f"{ATTENTION}/tests", f"{CONFORMANCE}/test_attention.py", "-q",
         *session.posargs,
+    )  # fmt: skip
+
+
+# Property-based differential tests (tests/fuzz): hypothesis, pinned so that a seed means
+# the same examples everywhere.
+HYPOTHESIS = "hypothesis==6.170.27"
+FUZZ = "tests/fuzz"
+
+
+def install_fuzz(session: nox.Session) -> None:
+    """rvv-ops (install_ops), rvv-attention without its extras, and hypothesis."""
+    install_ops(session)
+    session.install(HYPOTHESIS)
+    session.install("--no-deps", "--force-reinstall", ATTENTION)
+
+
+@nox.session(name="fuzz-smoke")
+def fuzz_smoke(session: nox.Session) -> None:
+    """tests/fuzz with the short budget of the default run (FUZZ_PROFILE=smoke): the
+    regression cases and a few examples per property, derandomized."""
+    install_fuzz(session)
+    session.run("pytest", FUZZ, "-q", *session.posargs, env={"FUZZ_PROFILE": "smoke"})
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """tests/fuzz with the long budget (FUZZ_PROFILE=long; docs/architecture.md, Fuzz suite,
+    counts its examples), derandomized (the same examples every run)."""
+    install_fuzz(session)
+    session.run(
+        "pytest", FUZZ, "-q", "--hypothesis-show-statistics", *session.posargs,
+        env={"FUZZ_PROFILE": "long"},
     )  # fmt: skip
 
 
