@@ -122,9 +122,14 @@ def main(argv: list[str] | None = None) -> int:
                 futures.append((label, pool.submit(run, label, cmd, cases, variants)))
             results += [(label, f.result()) for label, f in futures]
 
+    return summarise("kernels-tests", results)
+
+
+def summarise(name: str, results: list[tuple[str, bool]]) -> int:
+    """Prints how many of the labelled runs passed (naming the failed ones); the exit code."""
     failed = [label for label, ok in results if not ok]
     print(
-        f"kernels-tests: {len(results) - len(failed)} runs passed, {len(failed)} failed"
+        f"{name}: {len(results) - len(failed)} runs passed, {len(failed)} failed"
         + (f" ({', '.join(failed)})" if failed else "")
     )
     return 1 if failed else 0

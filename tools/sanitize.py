@@ -172,12 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         if "kernels-riscv" in steps:
             results += kernels_riscv(args.build_dir, cases, args.quick)
 
-    failed = [label for label, ok in results if not ok]
-    print(
-        f"sanitize: {len(results) - len(failed)} runs passed, {len(failed)} failed"
-        + (f" ({', '.join(failed)})" if failed else "")
-    )
-    return 1 if failed else 0
+    return kernels_tests.summarise("sanitize", results)
 
 
 if __name__ == "__main__":
