@@ -230,12 +230,18 @@ def check_int8(rvv: dict[str, Any], int8: dict[str, Any]) -> list[str]:
         problems.append(f"int8 KV: teacher-forced top-1 agreement below {INT8_TOP1}: {a}")
     if a["max_logprob_diff"] > INT8_LOGPROB_BOUND:
         problems.append(f"int8 KV: log-probabilities differ by more than {INT8_LOGPROB_BOUND}: {a}")
-    ops = int8["ops"]
+    return problems + kernel_calls(int8["ops"], " int8_kv", "INT8", "int8 KV: ")
+
+
+def kernel_calls(ops: dict[str, int], kind: str, label: str, prefix: str) -> list[str]:
+    """What is wrong with an engine's attention op counts: no decode or extend call of
+    ``kind`` ("" or " int8_kv") through the kernel, or any call through the fallback."""
+    problems = []
     for op in ("extend", "decode"):
-        if not ops.get(f"attention {op} int8_kv:kernel"):
-            problems.append(f"no INT8 {op} attention kernel call recorded: {ops}")
+        if not ops.get(f"attention {op}{kind}:kernel"):
+            problems.append(f"no {label} {op} attention kernel call recorded: {ops}")
         if ops.get(f"attention {op}:fallback"):
-            problems.append(f"int8 KV: {op} attention fell back to torch: {ops}")
+            problems.append(f"{prefix}{op} attention fell back to torch: {ops}")
     return problems
 
 
@@ -255,13 +261,7 @@ def check(report: dict[str, Any], new_tokens: int) -> list[str]:
             problems.append(
                 f"{r['prompt']!r}: rvv {r['output_ids']} != torch_native {t['output_ids']}"
             )
-    ops = rvv["ops"]
-    for op in ("extend", "decode"):
-        if not ops.get(f"attention {op}:kernel"):
-            problems.append(f"no RVV {op} attention kernel call recorded: {ops}")
-        if ops.get(f"attention {op}:fallback"):
-            problems.append(f"{op} attention fell back to torch: {ops}")
-    return problems
+    return problems + kernel_calls(rvv["ops"], "", "RVV", "")
 
 
 def run(args: argparse.Namespace) -> int:
