@@ -63,12 +63,10 @@ def check_cache(pool: KvPool, expected: dict[str, Tensor]) -> None:
         assert same_bits(got[name], want), f"cache {name} differs from the expected writes"
 
 
-def run_decode(case: DecodeCase, seed: int) -> tuple[DecodeRun, dict[str, Tensor]]:
-    """The case through ra.decode (table indices in the case's table dtype, as SGLang may
-    pass them); returns the run (its output written) and the expected caches."""
-    run = make_decode(case, seed)
-    expected = expected_decode_cache(run)
-    a = run.args
+def call_decode(run: DecodeRun) -> None:
+    """``run`` through ra.decode (table indices in the case's table dtype, as SGLang may
+    pass them); writes its output."""
+    case, a = run.case, run.args
     ra.decode(
         a["query"],
         cache_of(run.pool),
@@ -84,6 +82,14 @@ def run_decode(case: DecodeCase, seed: int) -> tuple[DecodeRun, dict[str, Tensor
         sliding_window=window_of_ops(case.window),
         sinks=a["sinks"],
     )
+
+
+def run_decode(case: DecodeCase, seed: int) -> tuple[DecodeRun, dict[str, Tensor]]:
+    """The case through :func:`call_decode`; returns the run (its output written) and the
+    expected caches."""
+    run = make_decode(case, seed)
+    expected = expected_decode_cache(run)
+    call_decode(run)
     return run, expected
 
 
@@ -93,13 +99,11 @@ def kernel_rejects(case: ExtendCase) -> bool:
     return case.cache == "int8" and case.kv == "given" and case.gaps
 
 
-def run_extend(case: ExtendCase, seed: int) -> tuple[ExtendRun, dict[str, Tensor]]:
-    """The case through ra.extend: kv "write" passes out_cache_loc (rvv-attention writes
-    the new tokens), "given" not (the caller wrote them), "shared" passes no k / v;
+def call_extend(run: ExtendRun) -> None:
+    """``run`` through ra.extend: kv "write" passes out_cache_loc (rvv-attention writes the
+    new tokens), "given" not (the caller wrote them), "shared" passes no k / v;
     extend_start_loc only where rows of no request make it differ from the default."""
-    run = make_extend(case, seed, writes=case.kv == "write")
-    expected = expected_extend_cache(run)
-    a = run.args
+    case, a = run.case, run.args
     ra.extend(
         a["q_extend"],
         a["k_extend"],
@@ -118,6 +122,13 @@ def run_extend(case: ExtendCase, seed: int) -> tuple[ExtendRun, dict[str, Tensor
         sliding_window=window_of_ops(case.window),
         sinks=a["sinks"],
     )
+
+
+def run_extend(case: ExtendCase, seed: int) -> tuple[ExtendRun, dict[str, Tensor]]:
+    """The case through :func:`call_extend`; returns the run and the expected caches."""
+    run = make_extend(case, seed, writes=case.kv == "write")
+    expected = expected_extend_cache(run)
+    call_extend(run)
     return run, expected
 
 

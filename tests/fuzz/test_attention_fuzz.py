@@ -52,8 +52,13 @@ from conformance.cases import (
     reference_extend,
 )
 from conformance.kvcache import KvPool, raw, spare_rows
-from conformance.reference import assert_matches, window_of_ops
-from conformance.test_attention import cache_of, check_cache, kernel_rejects
+from conformance.reference import assert_matches
+from conformance.test_attention import (
+    call_decode,
+    call_extend,
+    check_cache,
+    kernel_rejects,
+)
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from torch import Tensor
@@ -140,49 +145,8 @@ def kernel_rejects_extend(case: ExtendCase) -> bool:
 
 
 # --------------------------------------------------------------------------------------
-# Calls through rvv-attention's public API (as conformance.test_attention makes them;
-# conftest.py sets RVV_ATTENTION_IMPL=kernel for every test)
-
-
-def call_decode(run: DecodeRun) -> None:
-    case, a = run.case, run.args
-    ra.decode(
-        a["query"],
-        cache_of(run.pool),
-        a["output"],
-        a["req_to_token"],
-        a["req_pool_indices"].to(case.table),
-        a["seq_lens"].to(case.table),
-        sm_scale=a["sm_scale"],
-        loc=a["loc"] if case.write else None,
-        key=a["key"],
-        value=a["value"],
-        logit_cap=case.logit_cap,
-        sliding_window=window_of_ops(case.window),
-        sinks=a["sinks"],
-    )
-
-
-def call_extend(run: ExtendRun) -> None:
-    case, a = run.case, run.args
-    ra.extend(
-        a["q_extend"],
-        a["k_extend"],
-        a["v_extend"],
-        cache_of(run.pool),
-        a["o_extend"],
-        a["req_to_token"],
-        a["req_pool_indices"],
-        a["seq_lens"],
-        a["extend_seq_lens"],
-        sm_scale=a["sm_scale"],
-        extend_start_loc=a["extend_start_loc"] if case.gaps else None,
-        out_cache_loc=a["out_cache_loc"] if case.kv == "write" else None,
-        causal=case.causal,
-        logit_cap=case.logit_cap,
-        sliding_window=window_of_ops(case.window),
-        sinks=a["sinks"],
-    )
+# Calls through rvv-attention's public API: conformance.test_attention's call_decode /
+# call_extend (conftest.py sets RVV_ATTENTION_IMPL=kernel for every test)
 
 
 def poison(pool: KvPool, rows: Tensor, value: float = math.nan) -> None:

@@ -20,8 +20,8 @@ import rvv_ops
 import torch
 from conformance.cases import ExtendCase, expected_extend_cache, reference_extend
 from conformance.reference import assert_matches
-from conformance.test_attention import check_cache
-from test_attention_fuzz import call_extend, distinct_loc, poisoned_extend
+from conformance.test_attention import call_extend, check_cache
+from test_attention_fuzz import distinct_loc, poisoned_extend
 from test_rotary import cos_sin_cache
 
 FOUND = ExtendCase(
