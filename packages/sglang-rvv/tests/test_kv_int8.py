@@ -354,6 +354,12 @@ def test_configure_refuses_what_the_int8_pool_does_not_serve(monkeypatch):
         kv_int8.check_configuration(fine)
     bf16 = SimpleNamespace(kv_cache_dtype=torch.bfloat16)
     assert kv_int8.check_configuration(bf16) is None
+    monkeypatch.setattr(kv_int8, "_attention_backends", lambda: ("rvv",))
+    hybrid = SimpleNamespace(
+        kv_cache_dtype=torch.int8, use_mla_backend=False, server_args=None, mambaish_config=object()
+    )
+    with pytest.raises(ValueError, match=r"does not support hybrid linear-attention"):
+        kv_int8.check_configuration(hybrid)
 
 
 # ------------------------------------------------------- SGLang's kit over the INT8 pool

@@ -11,11 +11,12 @@ it parses arguments):
   - ``configure_kv_cache_dtype`` maps ``int8`` to ``torch.int8`` (SGLang raises on it);
   - ``KVCacheConfigurator._resolve_kv_pool_class`` answers ``kind="mha"`` with
     :class:`Int8TokenToKVPool` when the cache is INT8, at every site SGLang builds an MHA pool
-    (standalone, both halves of an SWA pool, the full-attention leaf of a hybrid pool), the
+    (standalone and both halves of an SWA pool), the
     way a platform's ``get_kv_pool_cls`` would;
   - ``KVCacheConfigurator.configure`` first refuses what the INT8 pool does not serve: any
-    attention backend but ``rvv``, MLA models, hierarchical cache, PD disaggregation,
-    speculative decoding and the page-major / sharded layouts;
+    attention backend but ``rvv``, MLA models, hybrid linear-attention (mamba-style) models
+    (SGLang's configurator for those does not count the scales), hierarchical cache, PD
+    disaggregation, speculative decoding and the page-major / sharded layouts;
   - the pool configurators' bytes per token include the scales (``DefaultPoolConfigurator``
     and ``HybridSWAPoolConfigurator``), so ``--mem-fraction-static`` sizes the pool right;
   - ``check_server_args`` refuses another attention backend in the launcher already.
@@ -266,6 +267,10 @@ def check_configuration(self: Any, *args: Any, **kwargs: Any) -> None:
     problems = []
     if getattr(self, "use_mla_backend", False):
         problems.append("MLA models (their latent cache is not per-head K/V)")
+    if getattr(self, "mambaish_config", None) is not None:
+        # SGLang sizes a hybrid linear-attention pool (mamba / GDN state plus full-attention
+        # K/V) with its own configurator, which this plugin does not extend with the scales.
+        problems.append("hybrid linear-attention (mamba-style) models")
     sa = getattr(self, "server_args", None)
     flags = {
         "enable_hierarchical_cache": "--enable-hierarchical-cache",
