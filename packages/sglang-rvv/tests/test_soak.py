@@ -37,3 +37,27 @@ def test_soak_one_minute(report: Any) -> None:
     # The invalid kinds come in turn: all of them once the run has sent that many.
     assert len(r["invalid_by_kind"]) == min(r["invalid"], r["invalid_kinds"]), r
     assert report["sample"]["requests"] > 0, report["sample"]
+
+
+def _answer(tokens: list[str], top: list[dict[str, float]]) -> Any:
+    return soak.Outcome(0, "valid", ok=True, latency=0.0, tokens=tokens, top=top)
+
+
+def test_compare_accepts_a_difference_only_at_a_near_tie_of_both_servers() -> None:
+    tie = {"a": -0.6931, "b": -0.6935}  # 4e-4 nats apart: within NEAR_TIE
+    wide = {"a": -0.1, "b": -2.4}
+    first = {"x": -0.01, "y": -5.0}
+    same = soak.compare(_answer(["x", "a"], [first, tie]), _answer(["x", "a"], [first, tie]))
+    assert same == ("same", "")
+    verdict, _ = soak.compare(
+        _answer(["x", "a", "q"], [first, tie, wide]), _answer(["x", "b", "r"], [first, tie, wide])
+    )
+    assert verdict == "near-tie"
+    # A tie on one server only, a wide gap, a token outside the top 2, or a shorter answer.
+    for a, b in [
+        (_answer(["x", "a"], [first, tie]), _answer(["x", "b"], [first, wide])),
+        (_answer(["x", "a"], [first, wide]), _answer(["x", "b"], [first, wide])),
+        (_answer(["x", "a"], [first, tie]), _answer(["x", "z"], [first, tie])),
+        (_answer(["x", "a"], [first, tie]), _answer(["x"], [first])),
+    ]:
+        assert soak.compare(a, b)[0] == "differ"
