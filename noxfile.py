@@ -153,6 +153,19 @@ def sglang_tests(session: nox.Session) -> None:
 
 
 @nox.session
+def soak(session: nox.Session) -> None:
+    """The demo model served with rvv and layer routing under 32 concurrent streams for 3,000
+    requests or 10 minutes (tools/soak.py: aborts, invalid requests, RSS bound, a 5% sample
+    replayed on torch_native). Not in the default run (~15 minutes; sglang-tests runs a
+    1-minute variant). Writes build/soak.json."""
+    install_sglang(session)
+    session.run(
+        "python", "tools/soak.py", "--minutes", "10", "--requests", "3000", *session.posargs,
+        env={"SGLANG_USE_CPU_ENGINE": "1"},
+    )  # fmt: skip
+
+
+@nox.session
 def serve(session: nox.Session) -> None:
     """The main job: SGLang with --attention-backend rvv on the demo model, until Ctrl-C.
 
@@ -287,6 +300,7 @@ def lint(session: nox.Session) -> None:
         "tools/bench_e2e_riscv.py",
         "tools/bench_report.py",
         "tools/sanitize.py",
+        "tools/soak.py",
         "tools/tests",
         "noxfile.py",
     )
