@@ -149,7 +149,8 @@ def poison(pool: KvPool, rows: Tensor, value: float = math.nan) -> None:
         pool.v_scales[rows] = value
         return
     for cache in (pool.k, pool.v):
-        fill = torch.full(cache[rows].shape, value).to(cache.dtype)
+        # raw(): torch 2.6 (the riscv64 root's) cannot index fp8 tensors
+        fill = torch.full(raw(cache)[rows].shape, value).to(cache.dtype)
         raw(cache)[rows] = raw(fill)
 
 
