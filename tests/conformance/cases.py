@@ -567,7 +567,7 @@ def make_extend(case: ExtendCase, seed: int = 0, writes: bool | None = None) -> 
     out_cache_loc[gap_rows] = spare_rows(pool)[: len(gap_rows)]
     for b, (p, e) in enumerate(case.reqs):
         out_cache_loc[starts[b] : starts[b] + e] = pool.rows(b, p, p + e)
-    assert out_cache_loc.unique().numel() == tokens, "out_cache_loc names a cache row twice"
+    assert len(set(out_cache_loc.tolist())) == tokens, "out_cache_loc names a cache row twice"
     if not writes:
         # SGLang wrote the new tokens before the call (or the layer they share K/V with)
         if case.cache == "int8":
