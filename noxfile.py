@@ -95,21 +95,47 @@ def install_fuzz(session: nox.Session) -> None:
     session.install("--no-deps", "--force-reinstall", ATTENTION)
 
 
+def fuzz_riscv(session: nox.Session, args: list[str]) -> None:
+    """tests/fuzz inside the emulated Debian 13 riscv64 Python (QEMU 10, VLEN 256 + Zvfh) with
+    the smoke budget, whichever session asked: under emulation the long one would take
+    hours (docs/architecture.md, Fuzz suite)."""
+    session.install("hatchling", "build")
+    session.run(
+        "python", "tools/ops_riscv.py", "fuzz", "--out", "dist", "--hypothesis", HYPOTHESIS,
+        "--profile", "smoke", "--", "-q", *args,
+    )  # fmt: skip
+
+
+def split_riscv(posargs: list[str]) -> tuple[bool, list[str]]:
+    """Whether ``--riscv`` is among the session's arguments, and the others (for pytest)."""
+    return "--riscv" in posargs, [a for a in posargs if a != "--riscv"]
+
+
 @nox.session(name="fuzz-smoke")
 def fuzz_smoke(session: nox.Session) -> None:
     """tests/fuzz with the short budget of the default run (FUZZ_PROFILE=smoke): the
-    regression cases and a few examples per property, derandomized."""
+    regression cases and a few examples per property, derandomized. ``-- --riscv``: inside
+    the emulated riscv64 Python instead."""
+    riscv, args = split_riscv(session.posargs)
+    if riscv:
+        fuzz_riscv(session, args)
+        return
     install_fuzz(session)
-    session.run("pytest", FUZZ, "-q", *session.posargs, env={"FUZZ_PROFILE": "smoke"})
+    session.run("pytest", FUZZ, "-q", *args, env={"FUZZ_PROFILE": "smoke"})
 
 
 @nox.session
 def fuzz(session: nox.Session) -> None:
     """tests/fuzz with the long budget (FUZZ_PROFILE=long; docs/architecture.md, Fuzz suite,
-    counts its examples), derandomized (the same examples every run)."""
+    counts its examples), derandomized (the same examples every run). ``-- --riscv``: inside
+    the emulated riscv64 Python, with the smoke budget."""
+    riscv, args = split_riscv(session.posargs)
+    if riscv:
+        fuzz_riscv(session, args)
+        return
     install_fuzz(session)
     session.run(
-        "pytest", FUZZ, "-q", "--hypothesis-show-statistics", *session.posargs,
+        "pytest", FUZZ, "-q", "--hypothesis-show-statistics", *args,
         env={"FUZZ_PROFILE": "long"},
     )  # fmt: skip
 
@@ -182,12 +208,16 @@ def serve(session: nox.Session) -> None:
 
 @nox.session
 def sanitize(session: nox.Session) -> None:
-    """rvv-kernels' C++ tests built with sanitizers, any finding failing the session: natively
-    with AddressSanitizer and UBSan (portable and every x86 variant the CPU runs), and
-    cross-built for riscv64 with UBSan alone, in trap mode, under QEMU 10 (VLEN 128 and 512,
-    Zvfh at 256). torch writes the attention tests' case files. ``-- --quick``: VLEN 128 only;
-    ``-- --steps kernels`` or ``kernels-riscv`` picks one."""
-    session.install(TORCH, "numpy", "pytest", KERNELS)
+    """rvv-kernels' C++ tests and the rvv-ops extension built with sanitizers, any finding
+    failing the session: the C++ tests natively with AddressSanitizer and UBSan (portable and
+    every x86 variant the CPU runs), and cross-built for riscv64 with UBSan alone, in trap
+    mode, under QEMU 10 (VLEN 128 and 512, Zvfh at 256); then rvv-ops built natively with
+    ASan and UBSan (into build/sanitize, not this venv), its tests and the ops' conformance
+    file run against it with ASan's runtime preloaded. torch writes the attention tests' case
+    files. ``-- --quick``: VLEN 128 only; ``-- --steps kernels``, ``kernels-riscv`` or ``ops``
+    (comma-separated) picks some."""
+    # hatchling: the ops step builds rvv-ops' wheel against this torch (no build isolation).
+    session.install(TORCH, "numpy", "pytest", "hatchling", KERNELS)
     session.run("python", "tools/sanitize.py", *session.posargs)
 
 

@@ -3,6 +3,8 @@
     python tools/ops_riscv.py build [--out dist]
     python tools/ops_riscv.py test  [--out dist] [--config 256:zvfh --config 128] \\
                                     [--lengths quick|full] [-- PYTEST-ARGS...]
+    python tools/ops_riscv.py fuzz  --hypothesis hypothesis==X [--out dist] [--config 256:zvfh] \\
+                                    [--profile smoke|long] [-- PYTEST-ARGS...]
 
 ``build`` writes rvv-ops' ``py3-none-linux_riscv64`` wheel, compiled by clang-16 against the
 libtorch-dev (torch 2.6) of the Debian 13 riscv64 root, and rvv-kernels' pure-Python wheel
@@ -17,8 +19,11 @@ and PyYAML come from the root) and ``packages/rvv-attention/tests`` with
 ``tests/conformance/test_attention.py`` run in the first configuration, plus its capability
 test at VLEN 128 and 512 (``--no-attention`` skips all
 of this). These emulated runs go two at a time (``--jobs``, one per core), each printed
-whole when it ends; ``--jobs 1`` streams them one after the other. Both commands provision
-what they need first (tools/provision.sh: clang-16, QEMU 10, the root).
+whole when it ends; ``--jobs 1`` streams them one after the other. ``fuzz`` (``nox -s fuzz
+-- --riscv``) builds the three wheels, installs them with the pinned hypothesis (a
+pure-Python wheel, downloaded once into ``--out``/riscv64-wheels) into such a venv and runs
+``tests/fuzz`` there with ``FUZZ_PROFILE=--profile`` at one ``--config``. Every command
+provisions what it needs first (tools/provision.sh: clang-16, QEMU 10, the root).
 
 On riscv64 the conformance files run their quick subset of the case matrix (the cases
 marked ``quick`` in tests/conformance/cases.py; the others are reported as skipped).
@@ -36,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -177,13 +182,22 @@ def download_transformers(out_dir: Path) -> tuple[Path | None, str]:
 
     Returns (the directory, "") or (None, why not) - e.g. when PyPI is unreachable.
     """
+    return download_wheels(out_dir, TRANSFORMERS_WHEELS)
+
+
+def download_wheels(out_dir: Path, requirements: Sequence[str]) -> tuple[Path | None, str]:
+    """Downloads the wheels of `requirements` (pinned, no dependencies) for riscv64 / CPython
+    3.13 into out_dir/riscv64-wheels, where they stay (pip skips the wheels it has).
+
+    Returns (the directory, "") or (None, why not) - e.g. when PyPI is unreachable.
+    """
     target = out_dir.resolve() / "riscv64-wheels"
     target.mkdir(parents=True, exist_ok=True)
     platforms = [arg for p in _RISCV64_PLATFORMS for arg in ("--platform", p)]
     cmd = [
         sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
         "--only-binary=:all:", *platforms, "--python-version", "3.13",
-        "--implementation", "cp", "-d", str(target), *TRANSFORMERS_WHEELS,
+        "--implementation", "cp", "-d", str(target), *requirements,
     ]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode != 0:
@@ -211,47 +225,77 @@ def run_attention_tests(
     follows the tests. Everything is printed to `out` (default: stdout). Returns pytest's
     exit code.
     """
+    paths = [ATTENTION / "tests" / t for t in tests] or [
+        ATTENTION / "tests",
+        CONFORMANCE / "test_attention.py",
+    ]
+    return run_guest_pytest(
+        wheels,
+        vlen,
+        zvfh=zvfh,
+        paths=paths,
+        find_links=transformers_dir,
+        requirements=(TRANSFORMERS_WHEELS[0],) if transformers_dir is not None else (),
+        test_env={
+            "RVV_ATTENTION_EXPECT_VLEN": str(vlen),
+            "RVV_ATTENTION_EXPECT_ZVFH": "1" if zvfh else "0",
+        },
+        pytest_args=pytest_args,
+        after=[("the doctor, on the emulated CPU", ["-m", "rvv_attention"])] if doctor else [],
+        out=out,
+    )
+
+
+def run_guest_pytest(
+    wheels: Sequence[Path],
+    vlen: int,
+    *,
+    zvfh: bool,
+    paths: Sequence[Path],
+    find_links: Path | None = None,
+    requirements: Sequence[str] = (),
+    test_env: Mapping[str, str] | None = None,
+    pytest_args: Sequence[str] = (),
+    after: Sequence[tuple[str, list[str]]] = (),
+    out: TextIO | None = None,
+) -> int:
+    """Runs pytest on `paths` in a fresh venv of the root's Python under QEMU 10 (VLEN
+    `vlen`, Zvfh if `zvfh`), from the repository root.
+
+    ``wheels`` are installed without dependencies, then ``requirements`` from
+    ``find_links`` only (no index; what the root has satisfies the rest). ``test_env`` is
+    added to pytest's environment (with RVV_ATTENTION_TEST_PYTHON: the tests start fresh
+    Pythons, and the emulated one cannot exec itself). ``after``: (what, python arguments)
+    run in the venv after the tests, their exit codes ignored. Everything is printed to
+    `out` (default: stdout). Returns pytest's exit code.
+    """
     root = rvvtools.riscv_root()
     qemu = rvvtools.qemu_cmd(vlen, zvfh, sysroot=root)
     env = rvvtools.guest_env()
-    with tempfile.TemporaryDirectory(prefix="rvv-attention-venv-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="rvv-guest-venv-") as tmp:
         python = rvvtools.make_guest_venv(Path(tmp) / "venv", qemu, root)
         pip = [*python, "-m", "pip", "install", "--quiet", "--no-index", "--no-cache-dir"]
         to: dict[str, Any] = {"stdout": out, "stderr": subprocess.STDOUT}
         subprocess.run([*pip, "--no-deps", *map(str, wheels)], env=env, check=True, **to)
-        if transformers_dir is not None:
+        if requirements and find_links is not None:
             start = time.monotonic()
             # --no-compile: byte-compiling all of transformers under emulation takes minutes;
             # the modules the tests import are compiled on first import instead.
             subprocess.run(
-                [*pip, "--no-compile", "--find-links", str(transformers_dir),
-                 TRANSFORMERS_WHEELS[0]],
+                [*pip, "--no-compile", "--find-links", str(find_links), *requirements],
                 env=env, check=True, **to,
             )  # fmt: skip
             took = time.monotonic() - start
-            print(f"installed {TRANSFORMERS_WHEELS[0]} in {took:.0f} s", file=out or sys.stdout)
-        test_env = {
-            **env,
-            "RVV_ATTENTION_TEST_PYTHON": shlex.join(python),
-            "RVV_ATTENTION_EXPECT_VLEN": str(vlen),
-            "RVV_ATTENTION_EXPECT_ZVFH": "1" if zvfh else "0",
-        }
-        paths = [str(ATTENTION / "tests" / t) for t in tests] or [
-            str(ATTENTION / "tests"),
-            str(CONFORMANCE / "test_attention.py"),
-        ]
-        cmd = [*python, "-m", "pytest", *paths]
+            print(f"installed {' '.join(requirements)} in {took:.0f} s", file=out or sys.stdout)
+        full_env = {**env, "RVV_ATTENTION_TEST_PYTHON": shlex.join(python), **(test_env or {})}
+        cmd = [*python, "-m", "pytest", *map(str, paths)]
         print(f"+ {shlex.join(cmd + list(pytest_args))}", file=out or sys.stdout, flush=True)
         code = subprocess.run(
-            [*cmd, *pytest_args], env=test_env, cwd=REPO, check=False, **to
+            [*cmd, *pytest_args], env=full_env, cwd=REPO, check=False, **to
         ).returncode
-        if doctor:
-            print(
-                "+ python -m rvv_attention (the doctor, on the emulated CPU)",
-                file=out or sys.stdout,
-                flush=True,
-            )
-            subprocess.run([*python, "-m", "rvv_attention"], env=env, check=False, **to)
+        for what, args in after:
+            print(f"+ python {shlex.join(args)} ({what})", file=out or sys.stdout, flush=True)
+            subprocess.run([*python, *args], env=env, check=False, **to)
         return code
 
 
@@ -283,8 +327,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="cross-build the riscv64 wheels into --out")
     test = sub.add_parser("test", help="build, then run rvv-ops' tests under QEMU")
-    for p in (build, test):
+    fuzz = sub.add_parser("fuzz", help="build, then run tests/fuzz under QEMU")
+    for p in (build, test, fuzz):
         p.add_argument("--out", type=Path, default=REPO / "dist", help="wheel directory (dist/)")
+    fuzz.add_argument(
+        "--config",
+        type=Config.parse,
+        default=Config(256, True),
+        help="emulated CPU as VLEN[:zvfh] (default: 256:zvfh)",
+    )
+    fuzz.add_argument(
+        "--profile", default="smoke", help="tests/fuzz's FUZZ_PROFILE (default: smoke)"
+    )
+    fuzz.add_argument(
+        "--hypothesis",
+        required=True,
+        metavar="REQUIREMENT",
+        help="the pinned hypothesis to install (noxfile.py's HYPOTHESIS)",
+    )
+    fuzz.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     test.add_argument(
         "--config",
         type=Config.parse,
@@ -322,6 +383,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"built {wheel}\nbuilt {kernels}", flush=True)
     if args.command == "build":
         return 0
+    if args.command == "fuzz":
+        return run_fuzz(args, [wheel, kernels, build_attention_wheel(args.out)])
 
     configs: list[Config] = args.config or [Config(256, True), Config(128, False)]
 
@@ -347,6 +410,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = "passed" if code == 0 else f"FAILED (pytest exit {code})"
         print(f"under QEMU, {what}: {status} in {seconds:.0f} s")
     return max((code for _, code, _ in results), default=0)
+
+
+def run_fuzz(args: argparse.Namespace, wheels: Sequence[Path]) -> int:
+    """tests/fuzz against `wheels` (rvv-ops, rvv-kernels, rvv-attention) with the pinned
+    hypothesis (a pure-Python wheel, downloaded once into ``--out``/riscv64-wheels; the
+    root supplies its one dependency, sortedcontainers) at ``args.config``, profile
+    ``args.profile``."""
+    wheel_dir, why = download_wheels(args.out, [args.hypothesis])
+    if wheel_dir is None:
+        print(f"ERROR: {args.hypothesis} not downloadable for the emulated Python: {why}")
+        return 1
+    start = time.monotonic()
+    code = run_guest_pytest(
+        wheels,
+        args.config.vlen,
+        zvfh=args.config.zvfh,
+        paths=[REPO / "tests" / "fuzz"],
+        find_links=wheel_dir,
+        requirements=[args.hypothesis],
+        test_env={"FUZZ_PROFILE": args.profile},
+        pytest_args=args.pytest_args,
+    )
+    status = "passed" if code == 0 else f"FAILED (pytest exit {code})"
+    took = time.monotonic() - start
+    print(f"under QEMU, tests/fuzz ({args.profile}), {args.config}: {status} in {took:.0f} s")
+    return code
 
 
 def run_jobs(jobs: Sequence[Job], workers: int) -> list[tuple[str, int, float]]:

@@ -1,4 +1,5 @@
-"""Runs rvv-kernels' C++ tests built with sanitizers: ASan and UBSan natively, UBSan on riscv64.
+"""Runs rvv-kernels' C++ tests and rvv-ops' extension built with sanitizers: ASan and UBSan
+natively, UBSan on riscv64.
 
 ``nox -s sanitize`` runs this script; every finding aborts the run that found it
 (``-fno-sanitize-recover=all``, ``halt_on_error=1``), so a run passes only with zero findings.
@@ -29,9 +30,24 @@ Steps (``--steps``, default all):
     was not reported). The op drivers (task structure, row and block indexing) are the same
     source in every variant, and the native portable and x86 runs check them with ASan.
 
+``ops``
+    rvv-ops' torch extension (its bindings and the rvv-kernels sources it compiles in) built
+    natively with GCC (torch's compiler and C++ ABI) and the same flags as ``kernels``, through
+    hatch_build.py (``RVV_OPS_CMAKE_ARGS``, its own CMake tree ``BUILD_DIR/ops-build``) into a
+    wheel that is unpacked into ``BUILD_DIR/ops-site``, never into an environment. Then
+    ``packages/rvv-ops/tests`` and ``tests/conformance/test_ops.py`` (what ``nox -s
+    ops-tests`` runs) in this Python with ``ops-site`` first on ``PYTHONPATH`` and GCC's
+    ``libasan.so`` in ``LD_PRELOAD`` (ASan's runtime must be the first library of the process;
+    UBSan's comes in as a dependency of ``_C.so``; libstdc++ is preloaded with it, see
+    :func:`ops_native`). Leak detection is off there
+    (:data:`OPS_ASAN_OPTIONS`): CPython and torch keep memory reachable until exit by design,
+    which LeakSanitizer would report; leaks of the kernels themselves are checked by the
+    ``kernels`` step. rvv-ops' tests with a ``variant`` parameter run on every variant the CPU
+    supports; the others run on the best one.
+
 ``--quick``: the riscv64 runs at VLEN 128 only.
 
-Usage: python tools/sanitize.py [--steps kernels,kernels-riscv] [--quick] [--build-dir DIR]
+Usage: python tools/sanitize.py [--steps kernels,kernels-riscv,ops] [--quick] [--build-dir DIR]
 """
 
 from __future__ import annotations
@@ -39,6 +55,8 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -47,11 +65,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kernels_tests
+import ops_riscv
 import rvvtools
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "packages" / "rvv-kernels"
-STEPS = ("kernels", "kernels-riscv")
+OPS = ROOT / "packages" / "rvv-ops"
+CONFORMANCE = ROOT / "tests" / "conformance"
+STEPS = ("kernels", "kernels-riscv", "ops")
 
 # The native checks. float-cast-overflow (a float -> integer conversion out of range, NaN
 # included, is undefined behaviour) is not part of GCC's -fsanitize=undefined.
@@ -71,6 +92,12 @@ OPT_FLAGS = "-O1"
 # Every finding ends the process with a report and a failing exit status.
 ASAN_OPTIONS = "halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=1"
 UBSAN_OPTIONS = "halt_on_error=1:print_stacktrace=1"
+# The ops step's extra ASan options: no leak check (CPython and torch keep memory reachable
+# until exit by design - interned objects, op registries, thread pools - and LeakSanitizer
+# reports those, not anything of ours); no use-after-return detection (it moves every
+# instrumented frame to a heap-allocated fake stack, which the interpreter's deep call stacks
+# make slow, and the kernels step already runs it on the same sources).
+OPS_ASAN_OPTIONS = "detect_leaks=0:detect_stack_use_after_return=0"
 
 
 def sanitizer_env(extra_asan: str = "") -> dict[str, str]:
@@ -93,11 +120,11 @@ def build_kernels(build_dir: Path, cmake_args: list[str]) -> Path:
     return build_dir / "rvvk_tests"
 
 
-def run_logged(label: str, cmd: list[str], env: dict[str, str]) -> bool:
+def run_logged(label: str, cmd: list[str], env: dict[str, str], cwd: Path | None = None) -> bool:
     """Runs `cmd`, echoes its output (sanitizer reports included); True when it passed."""
     start = time.monotonic()
     result = subprocess.run(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd
     )
     print(
         f"--- {label}: {' '.join(cmd)}\n{result.stdout}"
@@ -143,6 +170,72 @@ def kernels_riscv(build_dir: Path, cases: Path, quick: bool) -> list[tuple[str, 
     return results
 
 
+def build_ops(build_dir: Path) -> Path:
+    """Builds rvv-ops' wheel with ASan and UBSan into build_dir/ops-wheel and unpacks it into
+    build_dir/ops-site (a directory to put first on PYTHONPATH; never a venv's
+    site-packages); returns ops-site.
+
+    The flags reach CMakeLists.txt through hatch_build.py's RVV_OPS_CMAKE_ARGS
+    (CMAKE_CXX_FLAGS: rvv-ops' bindings and the rvv-kernels sources it compiles in), with
+    GCC, the compiler of torch's wheels, and its own CMake tree (RVV_OPS_BUILD_DIR).
+    """
+    flags = f"-fsanitize={NATIVE_SANITIZE} -fno-sanitize-recover=all -fno-omit-frame-pointer -g"
+    env = dict(os.environ)
+    env["CXX"] = "g++"
+    env["RVV_OPS_BUILD_DIR"] = str((build_dir / "ops-build").resolve())
+    env["RVV_KERNELS_CMAKE_DIR"] = str(KERNELS / "src" / "rvv_kernels" / "cmake")
+    env["RVV_OPS_CMAKE_ARGS"] = shlex.join(
+        [
+            f"-DCMAKE_CXX_FLAGS={flags}",
+            f"-DCMAKE_CXX_FLAGS_RELEASE={OPT_FLAGS}",
+            f"-DCMAKE_SHARED_LINKER_FLAGS=-fsanitize={NATIVE_SANITIZE}",
+        ]
+    )
+    for key in ("RVV_OPS_CMAKE_TOOLCHAIN_FILE", "RVV_OPS_SYSROOT", "RVV_OPS_WHEEL_TAG"):
+        env.pop(key, None)
+    wheel_dir = build_dir / "ops-wheel"
+    shutil.rmtree(wheel_dir, ignore_errors=True)
+    wheel = ops_riscv.pip_wheel(OPS, wheel_dir, env, "rvv_ops-*.whl")
+    site = build_dir / "ops-site"
+    shutil.rmtree(site, ignore_errors=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+         "--no-compile", "--target", str(site), str(wheel)],
+        check=True,
+    )  # fmt: skip
+    return site.resolve()
+
+
+def gcc_runtime(name: str) -> str:
+    """The path of GCC's sanitizer runtime `name` (e.g. libasan.so)."""
+    path = subprocess.run(
+        ["g++", f"-print-file-name={name}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if not Path(path).is_file():
+        raise RuntimeError(f"g++ has no {name} (tools/provision.sh sanitizers installs it)")
+    return str(Path(path).resolve())
+
+
+def ops_native(build_dir: Path) -> bool:
+    """rvv-ops' tests and the ops' conformance file against the sanitized extension, in a
+    Python started with GCC's ASan runtime preloaded (it must come first in the process;
+    the UBSan runtime is a dependency of _C.so)."""
+    rvvtools.provision(["sanitizers"])
+    site = build_ops(build_dir)
+    env = sanitizer_env(OPS_ASAN_OPTIONS)
+    # libstdc++ too: ASan resolves the real __cxa_throw when it starts, and the interpreter
+    # does not link libstdc++ (torch loads it later), so without it the first C++ exception
+    # (torch throws and catches some while importing) aborts in ASan's interceptor.
+    env["LD_PRELOAD"] = f"{gcc_runtime('libasan.so')} {gcc_runtime('libstdc++.so')}"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "-m", "pytest", str(OPS / "tests"), str(CONFORMANCE / "test_ops.py")]
+    # From the repository root, so that the root pyproject.toml's pytest settings apply.
+    # --capture=sys: pytest's default capture points file descriptor 2 at a temporary file
+    # during each test, and a sanitizer report written there is lost when the sanitizer
+    # ends the process; capturing only Python's sys.stderr leaves the report on the log.
+    return run_logged("rvv-ops (ASan+UBSan)", [*cmd, "-q", "--capture=sys"], env, cwd=ROOT)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -171,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(("kernels native", kernels_native(args.build_dir, cases)))
         if "kernels-riscv" in steps:
             results += kernels_riscv(args.build_dir, cases, args.quick)
+    if "ops" in steps:
+        results.append(("rvv-ops native", ops_native(args.build_dir)))
 
     return kernels_tests.summarise("sanitize", results)
 

@@ -110,12 +110,12 @@ class OpRun(Generic[CaseT]):
         op(*[self.args[a.name] for a in op._schema.arguments])
 
 
-def _pool(g: torch.Generator, lens: tuple[int, ...], case: Any) -> KvPool:
+def _pool(g: torch.Generator, lens: tuple[int, ...], case: Any, spare: int = 5) -> KvPool:
     """make_pool for requests of `lens` tokens in a case's KV heads, dims, dtype, table,
-    cache kind and MLA layout."""
+    cache kind and MLA layout, with `spare` cache rows of no request."""
     return make_pool(
         g, lens, kv_heads=case.heads[1], dims=case.dims, dtype=case.dtype, cache=case.cache,
-        table=case.table, mla=case.mla,
+        table=case.table, mla=case.mla, spare=spare,
     )  # fmt: skip
 
 
@@ -506,6 +506,9 @@ def extend_cases() -> tuple[dict[str, ExtendCase], frozenset[str], frozenset[str
         "int8 given gaps": replace(
             small, cache="int8", kv="given", gaps=True, reqs=((3, 2), (3, 2))
         ),
+        "int8 shared gaps": replace(
+            small, cache="int8", kv="shared", gaps=True, reqs=((3, 2), (0, 4))
+        ),
         "long prefill D32": replace(
             small, heads=(2, 1), dims=(32, 32), reqs=((20, 130), (70, 20)), quick=False
         ),
@@ -542,22 +545,29 @@ def make_extend(case: ExtendCase, seed: int = 0, writes: bool | None = None) -> 
     hq, hkv = case.heads
     dim, dim_v = case.dims
     lens = tuple(p + e for p, e in case.reqs)
-    pool = _pool(g, lens, case)
     starts, row = [], 0
     for _, e in case.reqs:
         row += 1 if case.gaps else 0
         starts.append(row)
         row += e
     tokens = row + (2 if case.gaps else 0)
+    in_request = torch.zeros(tokens, dtype=torch.bool)
+    for b, (_, e) in enumerate(case.reqs):
+        in_request[starts[b] : starts[b] + e] = True
+    gap_rows = torch.nonzero(~in_request)[:, 0]
+    # a spare cache row for every row of q of no request (at least 5, the pool's default)
+    pool = _pool(g, lens, case, spare=max(5, len(gap_rows)))
     q_scale = 3.0 if case.logit_cap else 1.0
     q = randn(g, tokens, hq, dim, dtype=case.dtype, scale=q_scale)
     k = randn(g, tokens, hkv, dim, dtype=case.dtype)
     v = k[..., :dim_v] if case.mla else randn(g, tokens, hkv, dim_v, dtype=case.dtype)
-    # rows of no request get a spare cache row (a writing implementation writes every row)
-    spare = spare_rows(pool)
-    out_cache_loc = spare[torch.arange(tokens) % len(spare)]
+    # rows of no request get a spare cache row each (a writing implementation writes every
+    # row): out_cache_loc names every cache row at most once, as SGLang's allocator does
+    out_cache_loc = torch.empty(tokens, dtype=torch.int64)
+    out_cache_loc[gap_rows] = spare_rows(pool)[: len(gap_rows)]
     for b, (p, e) in enumerate(case.reqs):
         out_cache_loc[starts[b] : starts[b] + e] = pool.rows(b, p, p + e)
+    assert len(set(out_cache_loc.tolist())) == tokens, "out_cache_loc names a cache row twice"
     if not writes:
         # SGLang wrote the new tokens before the call (or the layer they share K/V with)
         if case.cache == "int8":

@@ -127,14 +127,15 @@ def make_pool(
     table: torch.dtype,
     mla: bool = False,
     pad: int = 8,
+    spare: int = 5,
 ) -> KvPool:
-    """Caches for requests of `lens` tokens: more rows than needed, each request's
+    """Caches for requests of `lens` tokens: `spare` rows more than needed, each request's
     positions on shuffled rows, spare table rows and columns (holding -1: never read),
     strided cache views. `cache`: "same" (the query dtype), "e4m3", "e5m2" or "int8";
     `mla`: V is a view of K's first dims[1] elements (SGLang's MLA pool)."""
     dim, dim_v = dims
     total = sum(lens)
-    tokens = total + 5
+    tokens = total + spare
     width = max(lens, default=0) + 3
     requests = len(lens) + 2
 

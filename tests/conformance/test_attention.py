@@ -94,9 +94,11 @@ def run_decode(case: DecodeCase, seed: int) -> tuple[DecodeRun, dict[str, Tensor
 
 
 def kernel_rejects(case: ExtendCase) -> bool:
-    """out_cache_loc not given over an INT8 cache with rows of q outside every request:
-    the INT8 kernel would have to write those rows somewhere, so only the fallback runs it."""
-    return case.cache == "int8" and case.kv == "given" and case.gaps
+    """out_cache_loc not given (kv "given" or "shared") over an INT8 cache with rows of q
+    outside every request: the INT8 kernel writes one cache row per row of q and would have
+    to write those somewhere, so rvv-attention's kernel path raises KernelUnavailableError
+    and only the fallback runs it."""
+    return case.cache == "int8" and case.kv != "write" and case.gaps
 
 
 def call_extend(run: ExtendRun) -> None:

@@ -4,6 +4,7 @@ strided inputs, position dtypes, opcheck and bad inputs."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -40,7 +41,8 @@ def reference_rope(
     cos, sin = cache.float()[positions.long()].chunk(2, dim=-1)  # [tokens, rotary_dim / 2]
     cos, sin = cos[:, None, :], sin[:, None, :]
     rotary_dim = cache.shape[-1]
-    heads = x.float().reshape(x.shape[0], -1, head_size)
+    # heads counted from the shape, not with -1: a reshape of 0 tokens cannot infer it
+    heads = x.float().reshape(x.shape[0], math.prod(x.shape[1:]) // head_size, head_size)
     rot, rest = heads[..., :rotary_dim], heads[..., rotary_dim:]
     if neox:
         x1, x2 = rot.chunk(2, dim=-1)
@@ -114,8 +116,8 @@ def test_matches_reference(variant: str, dtype: torch.dtype, neox: bool, cache_f
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_tokens_and_threads(dtype: torch.dtype) -> None:
     cache = cos_sin_cache(128, dtype)
-    # no tokens
-    q_out, k_out = rvv_ops.rotary_embedding(
+    # no tokens, 2-D and 3-D (the reference takes them too)
+    check(
         positions(0, 0),
         randn(0, 256, dtype=dtype, seed=0),
         randn(0, 128, dtype=dtype, seed=0),
@@ -123,7 +125,14 @@ def test_tokens_and_threads(dtype: torch.dtype) -> None:
         cache,
         True,
     )
-    assert q_out.shape == (0, 256) and k_out.shape == (0, 128)
+    check(
+        positions(0, 0),
+        randn(0, 2, 128, dtype=dtype, seed=0),
+        randn(0, 1, 128, dtype=dtype, seed=0),
+        128,
+        cache,
+        False,
+    )
     # 70 tokens x 14 heads x 128: split over threads by at::parallel_for
     threads = torch.get_num_threads()
     torch.set_num_threads(3)
