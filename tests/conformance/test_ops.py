@@ -144,6 +144,29 @@ def test_window_reads_only_the_window() -> None:
     assert_matches(e.args["o_extend"], expected_e, slack=slack_e)
 
 
+def _behind_a_nan_row(t: torch.Tensor) -> torch.Tensor:
+    """``t`` copied into rows [1, n] of a buffer whose row 0 is NaN: a read of row -1 (a
+    table entry of -1 taken for a row) then turns an output into NaN."""
+    buf = torch.full((t.shape[0] + 1, *t.shape[1:]), float("nan"), dtype=t.dtype)
+    buf[1:] = t
+    return buf[1:]
+
+
+@pytest.mark.parametrize("prefix", [40, 70, 200])
+def test_extend_never_reads_rows_before_every_window(prefix: int) -> None:
+    # Keys before the first new token's window are seen by no query of the request; their
+    # table entries (-1 here) must not be read even where the kernel's key blocks, aligned
+    # to its block size, start before the window (found by the sanitized ops build).
+    e = make_extend(ExtendCase(reqs=((prefix, 6), (2, 2)), heads=(4, 2), window=8))
+    expected, slack = reference_extend(e), extend_slack(e)
+    e.pool.req_to_token[int(e.pool.req_pool_indices[0]), : prefix - 8 + 1] = -1
+    for name in ("k_buffer", "v_buffer"):
+        e.args[name] = _behind_a_nan_row(e.args[name])
+    e.call()
+    assert not e.args["o_extend"].isnan().any()
+    assert_matches(e.args["o_extend"], expected, slack=slack)
+
+
 def test_typed_wrappers() -> None:
     # rvv_ops' public API over the same ops, keyword arguments with defaults.
     d = make_decode(DecodeCase(lens=(9, 2), heads=(4, 2), window=4, sinks=torch.float32))

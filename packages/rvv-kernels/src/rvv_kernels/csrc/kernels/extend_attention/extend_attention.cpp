@@ -283,8 +283,15 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
   }
   // Positions [lo, hi) -> rows [0, hi - lo) of kd / vd; cached rows are
   // prefetched kAhead positions ahead (they are scattered over the cache).
+  // Positions below ts.req_lo (seen by no query of the request, so masked for
+  // every task sharing the block) get zero rows without reading the cache.
   auto convert = [&](std::int64_t lo, std::int64_t hi, float* kd, float* vd) {
     constexpr std::int64_t kAhead = 4;
+    const std::int64_t first = std::min(std::max(lo, ts.req_lo), hi);
+    for (std::int64_t pos = lo; pos < first; ++pos) {
+      fill_row(kd + (pos - lo) * dim, dim, 0.0f);
+      fill_row(vd + (pos - lo) * lv, dim_v, 0.0f);
+    }
     const std::int64_t cached_end = std::min(hi, prefix);
     auto k_row = [&](std::int64_t row) {
       return at<TKV>(c.k, row * c.k_stride_t + kvh * c.k_stride_h);
@@ -299,10 +306,10 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
       detail::prefetch(v_row(row), dim_v * static_cast<std::int64_t>(sizeof(TKV)));
     };
     if constexpr (detail::kCanPrefetch) {
-      for (std::int64_t pos = lo; pos < std::min(lo + kAhead, cached_end); ++pos)
+      for (std::int64_t pos = first; pos < std::min(first + kAhead, cached_end); ++pos)
         prefetch_pos(pos);
     }
-    for (std::int64_t pos = lo; pos < cached_end; ++pos) {
+    for (std::int64_t pos = first; pos < cached_end; ++pos) {
       if constexpr (detail::kCanPrefetch) {
         if (pos + kAhead < cached_end) prefetch_pos(pos + kAhead);
       }
@@ -316,7 +323,7 @@ void extend_task(const ExtendAttentionArgs& a, std::int64_t task) {
       convert_row(kd + j * dim, k_row(row), dim, ks);
       convert_row(vd + j * lv, v_row(row), dim_v, vs);
     }
-    for (std::int64_t pos = std::max(lo, prefix); pos < hi; ++pos) {
+    for (std::int64_t pos = std::max(first, prefix); pos < hi; ++pos) {
       const std::int64_t t = start + pos - prefix;
       const std::int64_t j = pos - lo;
       convert_row(kd + j * dim, at<T>(a.k, t * a.k_stride_t + kvh * a.k_stride_h), dim, 1.0f);

@@ -121,6 +121,10 @@ struct TaskSpan {
   std::int64_t b, kvh, m0, rows;  // request, KV head, first / number of its tokens
   std::int64_t len, prefix, start, group, nqr, req;
   std::int64_t pos_lo, pos_end;   // key positions seen by at least one query row
+  // Key positions below req_lo are outside the window of every query of the
+  // request: their table entries need not name valid rows (SGLang's
+  // sliding-window pools free them), so they are never read.
+  std::int64_t req_lo;
   // Element offset of query row qr = token * group + head in a.q.
   std::int64_t q_offset(const ExtendAttentionArgs& a, std::int64_t qr) const {
     return (start + m0 + qr / group) * a.q_stride_t + (kvh * group + qr % group) * a.q_stride_h;
@@ -144,6 +148,7 @@ bool locate(const ExtendAttentionArgs& a, std::int64_t task, TaskSpan& t) {
   t.req = a.req_pool_indices[t.b];
   t.pos_lo = a.window > 0 ? std::max<std::int64_t>(0, t.prefix + t.m0 - a.window + 1) : 0;
   t.pos_end = a.causal ? t.prefix + t.m0 + t.rows : t.len;
+  t.req_lo = a.window > 0 ? std::max<std::int64_t>(0, t.prefix - a.window + 1) : 0;
   return true;
 }
 }  // namespace

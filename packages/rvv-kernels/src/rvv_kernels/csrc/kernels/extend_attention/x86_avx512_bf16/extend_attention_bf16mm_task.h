@@ -135,7 +135,8 @@ void task(const ExtendAttentionArgs& a, std::int64_t task) {
   const std::uint16_t* krows[kN];
   const std::uint16_t* vrows[kN];
   // Key blocks start at multiples of kN (a whole block is the same for every
-  // task of the request); positions before a row's window are masked.
+  // task of the request); positions before a row's window are masked, and
+  // those before every row's window (ts.req_lo) are zeros, their rows unread.
   const std::int64_t kb_size = dim / 32 * (kN / 16) * 256, vb_size = kN / 32 * (dim_v / 16) * 256;
   const std::int64_t whole = len / kN;
   const bool reuse = whole * (kb_size + vb_size) <= kMaxPackedWords;
@@ -156,7 +157,7 @@ void task(const ExtendAttentionArgs& a, std::int64_t task) {
     if (!(shared && pk.have[blk])) {  // not packed by an earlier task of this call
       for (std::int64_t j = 0; j < kN; ++j) {
         const std::int64_t pos = p0 + j;
-        if (j >= nb) {
+        if (j >= nb || pos < ts.req_lo) {  // past the block / seen by no query: zeros
           krows[j] = vrows[j] = nullptr;
         } else if (pos < prefix) {
           const std::int64_t row = cache_row(c, req, pos);
