@@ -11,7 +11,8 @@ kept and a warning says so: set ``SGLANG_RVV_REPLACE_BACKEND=1`` to use sglang-r
 
 It registers ``--kv-cache-dtype int8`` (:mod:`sglang_rvv.kv_int8`: an INT8 KV pool with
 per-token scales, read by the ``rvv`` backend) and routes SGLang's CPU model layers to the RVV
-ops when ``SGLANG_RVV_LAYERS`` asks for it (:mod:`sglang_rvv.layers`).
+ops when ``SGLANG_RVV_LAYERS`` asks for it (:mod:`sglang_rvv.layers`), and makes
+``--tp-size N`` start on CPU hosts (:mod:`sglang_rvv.tp`).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def register() -> None:
     if BACKEND_NAME not in ATTENTION_BACKEND_CHOICES:
         ATTENTION_BACKEND_CHOICES.append(BACKEND_NAME)
 
-    from sglang_rvv import kv_int8, layers
+    from sglang_rvv import kv_int8, layers, tp
 
     kv_int8.register()
+    tp.register()
     layers.maybe_enable()
