@@ -271,6 +271,30 @@ def test_no_pynccl_for_cpu_groups() -> None:
     assert seen == {"pynccl": False, "custom": False, "rank": 1}
 
 
+def test_masked_input_runs_uncompiled_without_a_cxx_compiler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+
+    def eager(x: int, offset: int) -> int:
+        calls.append("eager")
+        return x - offset
+
+    def compiled(x: int, offset: int) -> int:
+        calls.append("compiled")
+        return x - offset
+
+    compiled._torchdynamo_orig_callable = eager  # type: ignore[attr-defined]
+    monkeypatch.setattr(tp, "cxx_compiler", lambda: "/usr/bin/g++")
+    assert tp.masked_input(compiled, 7, offset=2) == 5 and calls == ["compiled"]
+    monkeypatch.setattr(tp, "cxx_compiler", lambda: None)
+    assert tp.masked_input(compiled, 7, offset=2) == 5 and calls == ["compiled", "eager"]
+    # the hooked function is SGLang's compiled one (checked by name, so a renamed target fails)
+    from sglang.srt.layers import vocab_parallel_embedding as vpe
+
+    assert callable(getattr(vpe.get_masked_input_and_mask, "_torchdynamo_orig_callable", None))
+
+
 # ------------------------------------------------------------------------------ end to end
 
 

@@ -23,11 +23,18 @@ stand-in), fixed here through SGLang's plugin ``HookRegistry`` (registered by
   :func:`cpu_threads_env` binds the rank's process to its cores and sizes torch's thread pool
   to them there (:func:`sglang_rvv.compat.collectives.init_cpu_threads_env`).
 
+- With ``tp_size > 1`` SGLang's vocabulary-parallel embedding masks the token ids through a
+  ``torch.compile``-d helper (``get_masked_input_and_mask``, inductor backend), which needs a C++
+  compiler at the first request. Debian's riscv64 torch runs on boards without one (the
+  emulated root has none): :func:`masked_input` then runs the helper's own Python code
+  eagerly (same integer results), and logs that once.
+
 This module imports only the standard library at load (``serve`` uses it before SGLang runs).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
@@ -137,11 +144,45 @@ def cpu_threads_env(original: Callable[..., Any], *args: Any, **kwargs: Any) -> 
     return original(*bound.args, **bound.kwargs)
 
 
+_said: set[str] = set()
+
+
+@functools.cache
+def cxx_compiler() -> str | None:
+    """The C++ compiler torch's inductor would use, or None when it finds none."""
+    try:
+        from torch._inductor import cpp_builder
+
+        return str(cpp_builder.get_cpp_compiler())
+    except Exception:  # InvalidCxxCompiler, or a torch without this helper: run eagerly
+        return None
+
+
+def masked_input(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """AROUND ``vocab_parallel_embedding.get_masked_input_and_mask`` (``torch.compile``-d):
+    its Python code, uncompiled, when inductor has no C++ compiler to build it with."""
+    eager = getattr(original, "_torchdynamo_orig_callable", None)
+    if eager is None or cxx_compiler() is not None:
+        return original(*args, **kwargs)
+    if "masked_input" not in _said:
+        _said.add("masked_input")
+        logger.info(
+            "sglang-rvv: no C++ compiler for torch.compile's inductor: SGLang's "
+            "get_masked_input_and_mask (vocabulary-parallel embedding) runs uncompiled"
+        )
+    return eager(*args, **kwargs)
+
+
 _PS = "sglang.srt.distributed.parallel_state."
 HOOKS: tuple[tuple[str, Callable[..., Any], str], ...] = (
     (_PS + "GroupCoordinator.__init__", no_pynccl_on_cpu, "AROUND"),
     ("sglang.srt.utils.numa_utils.init_threads_binding", threads_binding, "BEFORE"),
     ("sglang.srt.distributed.bootstrap._init_cpu_threads_env", cpu_threads_env, "AROUND"),
+    (
+        "sglang.srt.layers.vocab_parallel_embedding.get_masked_input_and_mask",
+        masked_input,
+        "AROUND",
+    ),
 )
 """(target, hook, HookType name) registered by :func:`register`."""
 
