@@ -335,8 +335,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmd = server_command(extra, model, sleep_on_idle=not args.no_sleep_on_idle)
     bind = default_threads_bind(cmd, env)
     if bind is not None:
+        from sglang_rvv import tp
+
         print(
-            f"[serve] {ranks(cmd)} ranks on this host's NUMA node(s): "
+            f"[serve] {ranks(cmd)} ranks, {tp.numa_node_count()} NUMA node(s): "
             f"SGLANG_CPU_OMP_THREADS_BIND={bind} (its cores split evenly among the ranks; set "
             "it yourself to choose)",
             flush=True,
