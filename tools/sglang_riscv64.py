@@ -333,17 +333,19 @@ def run(args: argparse.Namespace) -> int:
             "TORCHINDUCTOR_COMPILE_THREADS": "1",
             "SGLANG_RVV_EXPECT_VLEN": str(args.vlen),
         }
-        cmd = [str(wrapper), str(GUEST_SCRIPT), "--model", str(demo), "--backend", "rvv",
-               "--backend", "torch_native", "--backend", "rvv:int8", "--score",
+        specs = [] if args.tp_only else ["rvv", "torch_native", "rvv:int8"]
+        specs += list(TP_SPECS) if args.tp or args.tp_only else []
+        cmd = [str(wrapper), str(GUEST_SCRIPT), "--model", str(demo),
+               *(arg for spec in specs for arg in ("--backend", spec)),
+               *([] if args.tp_only else ["--score"]),
                "--max-new-tokens", str(args.max_new_tokens), "--out", str(report_path)]  # fmt: skip
-        if args.tp:
-            cmd += [arg for spec in TP_SPECS for arg in ("--backend", spec)]
         _log(f"+ {shlex.join(cmd)}")
         code = subprocess.run(cmd, env=env, timeout=args.timeout, check=False).returncode
         if code != 0:
             _log(f"FAILED: the guest exited with {code}")
             return 1
-        server = _server_completion(wrapper, demo, env, args.timeout) if args.server else None
+        serve = args.server and not args.tp_only
+        server = _server_completion(wrapper, demo, env, args.timeout) if serve else None
     report = json.loads(report_path.read_text())
     if server is not None:
         report["server"] = server
@@ -365,7 +367,10 @@ def run(args: argparse.Namespace) -> int:
         report_path.write_text(json.dumps(report, indent=1))
         _log(f"tp_size=2 vs tp_size=1 (fp32): {report['tp']}")
     _log(f"sglang-rvv compat rows active in the guest: {json.dumps(report['compat'])}")
-    problems = check(report, args.max_new_tokens)
+    if args.tp_only:
+        problems = check_tp(*(engines[spec] for spec in TP_SPECS))
+    else:
+        problems = check(report, args.max_new_tokens)
     if server is not None:
         _log(f"launch_server: {server}")
         problems += check_server(report)
@@ -447,6 +452,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         dest="tp",
         action="store_false",
         help="skip the tp_size=1 / tp_size=2 engines (tensor parallelism)",
+    )
+    r.add_argument(
+        "--tp-only",
+        action="store_true",
+        help="only the tp_size=1 / tp_size=2 engines and their check (no server)",
     )
     a = p.parse_args(argv)
     if a.command == "sglang-wheel":

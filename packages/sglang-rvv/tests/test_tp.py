@@ -271,24 +271,34 @@ def test_no_pynccl_for_cpu_groups() -> None:
     assert seen == {"pynccl": False, "custom": False, "rank": 1}
 
 
-def test_masked_input_runs_uncompiled_without_a_cxx_compiler(
+def test_masked_input_runs_uncompiled_when_compiling_fails(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[str] = []
 
     def eager(x: int, offset: int) -> int:
         calls.append("eager")
+        if x < 0:
+            raise ValueError(f"x={x}")
         return x - offset
 
     def compiled(x: int, offset: int) -> int:
         calls.append("compiled")
         return x - offset
 
+    def broken(x: int, offset: int) -> int:
+        calls.append("broken")
+        raise ModuleNotFoundError("No module named 'setuptools.command'")
+
     compiled._torchdynamo_orig_callable = eager  # type: ignore[attr-defined]
-    monkeypatch.setattr(tp, "cxx_compiler", lambda: "/usr/bin/g++")
+    broken._torchdynamo_orig_callable = eager  # type: ignore[attr-defined]
+    monkeypatch.setattr(tp, "_compile_failed", [])
     assert tp.masked_input(compiled, 7, offset=2) == 5 and calls == ["compiled"]
-    monkeypatch.setattr(tp, "cxx_compiler", lambda: None)
-    assert tp.masked_input(compiled, 7, offset=2) == 5 and calls == ["compiled", "eager"]
+    assert tp.masked_input(broken, 7, offset=2) == 5 and calls[1:] == ["broken", "eager"]
+    assert tp._compile_failed == ["ModuleNotFoundError: No module named 'setuptools.command'"]
+    assert tp.masked_input(broken, 8, offset=2) == 6 and calls[3:] == ["eager"]  # no retry
+    with pytest.raises(ValueError, match="x=-1"):  # the function's own errors still raise
+        tp.masked_input(broken, -1, offset=2)
     # the hooked function is SGLang's compiled one (checked by name, so a renamed target fails)
     from sglang.srt.layers import vocab_parallel_embedding as vpe
 

@@ -24,17 +24,16 @@ stand-in), fixed here through SGLang's plugin ``HookRegistry`` (registered by
   to them there (:func:`sglang_rvv.compat.collectives.init_cpu_threads_env`).
 
 - With ``tp_size > 1`` SGLang's vocabulary-parallel embedding masks the token ids through a
-  ``torch.compile``-d helper (``get_masked_input_and_mask``, inductor backend), which needs a C++
-  compiler at the first request. Debian's riscv64 torch runs on boards without one (the
-  emulated root has none): :func:`masked_input` then runs the helper's own Python code
-  eagerly (same integer results), and logs that once.
+  ``torch.compile``-d helper (``get_masked_input_and_mask``, inductor backend), which needs a
+  C++ compiler and Python's build tools at the first request. Debian's riscv64 torch runs on
+  boards without them (the emulated root has neither): :func:`masked_input` then runs the
+  helper's own Python code uncompiled (same integer results), and logs that once.
 
 This module imports only the standard library at load (``serve`` uses it before SGLang runs).
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
 import os
@@ -144,32 +143,31 @@ def cpu_threads_env(original: Callable[..., Any], *args: Any, **kwargs: Any) -> 
     return original(*bound.args, **bound.kwargs)
 
 
-_said: set[str] = set()
-
-
-@functools.cache
-def cxx_compiler() -> str | None:
-    """The C++ compiler torch's inductor would use, or None when it finds none."""
-    try:
-        from torch._inductor import cpp_builder
-
-        return str(cpp_builder.get_cpp_compiler())
-    except Exception:  # InvalidCxxCompiler, or a torch without this helper: run eagerly
-        return None
+_compile_failed: list[str] = []
+"""Why SGLang's compiled helper could not be compiled in this process (empty: it could)."""
 
 
 def masked_input(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """AROUND ``vocab_parallel_embedding.get_masked_input_and_mask`` (``torch.compile``-d):
-    its Python code, uncompiled, when inductor has no C++ compiler to build it with."""
+    when compiling it fails (inductor without a usable C++ compiler or its build tools), its
+    own Python code runs uncompiled from then on in this process. Errors of the function
+    itself are not hidden: the uncompiled call raises them again."""
     eager = getattr(original, "_torchdynamo_orig_callable", None)
-    if eager is None or cxx_compiler() is not None:
+    if eager is None:
         return original(*args, **kwargs)
-    if "masked_input" not in _said:
-        _said.add("masked_input")
-        logger.info(
-            "sglang-rvv: no C++ compiler for torch.compile's inductor: SGLang's "
-            "get_masked_input_and_mask (vocabulary-parallel embedding) runs uncompiled"
-        )
+    if not _compile_failed:
+        try:
+            return original(*args, **kwargs)
+        except Exception as exc:  # any compile failure; the eager call re-raises real errors
+            result = eager(*args, **kwargs)
+            first_line = (str(exc).splitlines() or [""])[0][:200]
+            _compile_failed.append(f"{type(exc).__name__}: {first_line}")
+            logger.warning(
+                "sglang-rvv: torch.compile could not build SGLang's get_masked_input_and_mask "
+                "(vocabulary-parallel embedding; %s): it runs uncompiled",
+                _compile_failed[0],
+            )
+            return result
     return eager(*args, **kwargs)
 
 
