@@ -118,7 +118,7 @@ def run_engine(
         # sglang-rvv's processes write their op counts at most once a second (on a call):
         # one more short request after that second makes the scheduler write all of the above.
         time.sleep(1.2)
-        teacher = score(engine, passages()) if scored and spec == "rvv" else None
+        teacher = score(engine, passages()) if scored and backend == "rvv" and not tp else None
         engine.generate(prompts[0], {"temperature": 0.0, "max_new_tokens": 1})
     finally:
         engine.shutdown()
