@@ -18,11 +18,13 @@ it into a venv of the root's Python (the same venv + pip steps tools/install-ris
 on a board), then runs tools/guest/sglang_engine.py under QEMU 10 (VLEN 256, Zvfh): SGLang's
 offline Engine on the demo model with ``attention_backend="rvv"``, then ``torch_native``, then
 ``rvv`` with ``kv_cache_dtype="int8"``, greedy, 2 prompts, and teacher-forced corpus passages
-for the ``rvv`` engines. It checks that rvv and torch_native produce the same tokens (at least
-``--max-new-tokens`` each), that the INT8 KV cache agrees with the default one (first tokens,
-teacher-forced top-1 and log-probabilities over >= 500 positions), that the RVV attention
-kernels ran (INT8 ones for the INT8 engine; no fallback), and writes
-``build/riscv-sglang.json``.
+for the ``rvv`` engines, then ``rvv`` in fp32 with ``tp_size=1`` and ``tp_size=2`` (tensor
+parallelism: two scheduler processes). It checks that rvv and torch_native produce the same
+tokens (at least ``--max-new-tokens`` each), that the INT8 KV cache agrees with the default one
+(first tokens, teacher-forced top-1 and log-probabilities over >= 500 positions), that
+``tp_size=2`` produces the tokens of ``tp_size=1`` with both ranks running the RVV attention
+kernels, that the RVV attention kernels ran (INT8 ones for the INT8 engine; no fallback), and
+writes ``build/riscv-sglang.json``.
 
 Emulation only (a board needs none of it): the guest Python cannot exec riscv64 programs, so
 the venv gets a ``.pth`` line pointing ``sys.executable`` at a host shell script that runs the
@@ -245,6 +247,41 @@ def kernel_calls(ops: dict[str, int], kind: str, label: str, prefix: str) -> lis
     return problems
 
 
+TP_SPECS = ("rvv@tp1", "rvv@tp2")
+"""The guest's tensor-parallel engines: ``rvv`` in fp32 with tp_size 1 and 2."""
+
+
+def tp_agreement(one: dict[str, Any], two: dict[str, Any]) -> dict[str, Any]:
+    """``rvv@tp2`` against ``rvv@tp1``: equal completions, and the processes (ranks) of the
+    tp2 engine that ran both RVV attention kernels."""
+    same = sum(
+        a["output_ids"] == b["output_ids"] and bool(a["output_ids"])
+        for a, b in zip(one["results"], two["results"], strict=True)
+    )
+    ranks = [
+        p
+        for p in two.get("ops_per_process", [])
+        if p.get("attention decode:kernel") and p.get("attention extend:kernel")
+    ]
+    return {
+        "prompts": len(one["results"]),
+        "completions_equal": same,
+        "ranks_ran_kernels": len(ranks),
+    }
+
+
+def check_tp(one: dict[str, Any], two: dict[str, Any]) -> list[str]:
+    """tp2 gives tp1's tokens, and both of its ranks ran the RVV attention kernels."""
+    a = tp_agreement(one, two)
+    problems = []
+    if a["completions_equal"] != a["prompts"]:
+        problems.append(f"tp2: completions differ from tp1's: {a}")
+    if a["ranks_ran_kernels"] != 2:
+        problems.append(f"tp2: expected 2 ranks with RVV attention kernel calls: {a}, "
+                        f"per process {two.get('ops_per_process')}")  # fmt: skip
+    return problems + kernel_calls(two["ops"], "", "RVV", "tp2: ")
+
+
 def check(report: dict[str, Any], new_tokens: int) -> list[str]:
     """What is wrong with the guest's report (empty: the proof holds)."""
     problems: list[str] = []
@@ -254,6 +291,8 @@ def check(report: dict[str, Any], new_tokens: int) -> list[str]:
         return [f"expected engines rvv and torch_native, got {sorted(engines)}"]
     if "rvv:int8" in engines:
         problems += check_int8(rvv, engines["rvv:int8"])
+    if all(spec in engines for spec in TP_SPECS):
+        problems += check_tp(*(engines[spec] for spec in TP_SPECS))
     for r, t in zip(rvv["results"], ref["results"], strict=True):
         if len(r["output_ids"]) < new_tokens:
             problems.append(f"rvv produced {len(r['output_ids'])} tokens for {r['prompt']!r}")
@@ -294,15 +333,19 @@ def run(args: argparse.Namespace) -> int:
             "TORCHINDUCTOR_COMPILE_THREADS": "1",
             "SGLANG_RVV_EXPECT_VLEN": str(args.vlen),
         }
-        cmd = [str(wrapper), str(GUEST_SCRIPT), "--model", str(demo), "--backend", "rvv",
-               "--backend", "torch_native", "--backend", "rvv:int8", "--score",
+        specs = [] if args.tp_only else ["rvv", "torch_native", "rvv:int8"]
+        specs += list(TP_SPECS) if args.tp or args.tp_only else []
+        cmd = [str(wrapper), str(GUEST_SCRIPT), "--model", str(demo),
+               *(arg for spec in specs for arg in ("--backend", spec)),
+               *([] if args.tp_only else ["--score"]),
                "--max-new-tokens", str(args.max_new_tokens), "--out", str(report_path)]  # fmt: skip
         _log(f"+ {shlex.join(cmd)}")
         code = subprocess.run(cmd, env=env, timeout=args.timeout, check=False).returncode
         if code != 0:
             _log(f"FAILED: the guest exited with {code}")
             return 1
-        server = _server_completion(wrapper, demo, env, args.timeout) if args.server else None
+        serve = args.server and not args.tp_only
+        server = _server_completion(wrapper, demo, env, args.timeout) if serve else None
     report = json.loads(report_path.read_text())
     if server is not None:
         report["server"] = server
@@ -319,8 +362,15 @@ def run(args: argparse.Namespace) -> int:
         report["int8_kv"] = int8_agreement(engines["rvv"], engines["rvv:int8"])
         report_path.write_text(json.dumps(report, indent=1))
         _log(f"int8 KV vs default KV: {report['int8_kv']}")
+    if all(spec in engines for spec in TP_SPECS):
+        report["tp"] = tp_agreement(*(engines[spec] for spec in TP_SPECS))
+        report_path.write_text(json.dumps(report, indent=1))
+        _log(f"tp_size=2 vs tp_size=1 (fp32): {report['tp']}")
     _log(f"sglang-rvv compat rows active in the guest: {json.dumps(report['compat'])}")
-    problems = check(report, args.max_new_tokens)
+    if args.tp_only:
+        problems = check_tp(*(engines[spec] for spec in TP_SPECS))
+    else:
+        problems = check(report, args.max_new_tokens)
     if server is not None:
         _log(f"launch_server: {server}")
         problems += check_server(report)
@@ -396,6 +446,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         dest="server",
         action="store_false",
         help="skip the launch_server + HTTP completion after the Engine runs",
+    )
+    r.add_argument(
+        "--no-tp",
+        dest="tp",
+        action="store_false",
+        help="skip the tp_size=1 / tp_size=2 engines (tensor parallelism)",
+    )
+    r.add_argument(
+        "--tp-only",
+        action="store_true",
+        help="only the tp_size=1 / tp_size=2 engines and their check (no server)",
     )
     a = p.parse_args(argv)
     if a.command == "sglang-wheel":

@@ -9,7 +9,9 @@ starts ``sglang.Engine(model_path=DIR, device="cpu", attention_backend=B, ...)``
 ``--max-new-tokens`` tokens greedily (ignore_eos) for each prompt, shuts the engine down, and
 records the token ids, the text, the wall time and the op-call counts sglang-rvv's processes
 wrote (``SGLANG_RVV_LAYER_STATS``: routed layer ops and ``attention <op>:<implementation>``).
-``B:KV`` runs backend ``B`` with ``kv_cache_dtype=KV`` (``rvv:int8``). ``--score`` also scores
+``B:KV`` runs backend ``B`` with ``kv_cache_dtype=KV`` (``rvv:int8``); ``B@tpN`` runs it with
+``tp_size=N`` in fp32 (``rvv@tp1``, ``rvv@tp2``: the tensor-parallel comparison; the op counts
+are then also recorded per process, one scheduler per rank). ``--score`` also scores
 the demo corpus's first passages teacher-forced (prompt log-probabilities from position 0,
 top-1 token per position) and records the KV pool's bytes as the start-up line reports them.
 Writes everything to ``--out`` as JSON; exits 0 when every engine ran.
@@ -34,10 +36,14 @@ def _progress(msg: str) -> None:
     print(f"[sglang_engine {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def _per_process(directory: Path) -> list[dict[str, int]]:
+    return [json.loads(file.read_text()) for file in sorted(directory.glob("*.json"))]
+
+
 def _read_stats(directory: Path) -> dict[str, int]:
     total: dict[str, int] = {}
-    for file in directory.glob("*.json"):
-        for k, v in json.loads(file.read_text()).items():
+    for counts in _per_process(directory):
+        for k, v in counts.items():
             total[k] = total.get(k, 0) + int(v)
     return total
 
@@ -82,7 +88,9 @@ def run_engine(
 ) -> dict[str, Any]:
     import sglang
 
-    backend, _, kv = spec.partition(":")
+    rest, _, tp = spec.partition("@tp")
+    backend, _, kv = rest.partition(":")
+    parallel = {"tp_size": int(tp), "dtype": "float32"} if tp else {}
     stats_dir = Path(tempfile.mkdtemp(prefix=f"sglang-rvv-stats-{backend}-"))
     os.environ["SGLANG_RVV_LAYER_STATS"] = str(stats_dir)
     _progress(f"{spec}: starting the engine")
@@ -99,6 +107,7 @@ def run_engine(
         disable_cuda_graph=True,
         log_level="info",
         random_seed=0,
+        **parallel,
     )
     ready = time.monotonic()
     _progress(f"{spec}: engine ready after {ready - start:.0f} s; generating")
@@ -109,7 +118,7 @@ def run_engine(
         # sglang-rvv's processes write their op counts at most once a second (on a call):
         # one more short request after that second makes the scheduler write all of the above.
         time.sleep(1.2)
-        teacher = score(engine, passages()) if scored and backend == "rvv" else None
+        teacher = score(engine, passages()) if scored and backend == "rvv" and not tp else None
         engine.generate(prompts[0], {"temperature": 0.0, "max_new_tokens": 1})
     finally:
         engine.shutdown()
@@ -130,6 +139,7 @@ def run_engine(
         "generate_s": round(done - ready, 1),
         "results": results,
         "ops": _read_stats(stats_dir),
+        **({"ops_per_process": _per_process(stats_dir)} if tp else {}),
     }
 
 

@@ -11,9 +11,10 @@ kept and a warning says so: set ``SGLANG_RVV_REPLACE_BACKEND=1`` to use sglang-r
 
 It registers ``--kv-cache-dtype int8`` (:mod:`sglang_rvv.kv_int8`: an INT8 KV pool with
 per-token scales, read by the ``rvv`` backend) and routes SGLang's CPU model layers to the RVV
-ops when ``SGLANG_RVV_LAYERS`` asks for it (:mod:`sglang_rvv.layers`). It adds a check SGLang
-lacks: a prompt's token ids must be in the model's vocabulary (:mod:`sglang_rvv.validate`; an
-id outside it ends SGLang 0.5.23's scheduler).
+ops when ``SGLANG_RVV_LAYERS`` asks for it (:mod:`sglang_rvv.layers`), and makes
+``--tp-size N`` start on CPU hosts (:mod:`sglang_rvv.tp`). It adds a check SGLang lacks: a
+prompt's token ids must be in the model's vocabulary (:mod:`sglang_rvv.validate`; an id outside
+it ends SGLang 0.5.23's scheduler).
 """
 
 from __future__ import annotations
@@ -57,8 +58,9 @@ def register() -> None:
     if BACKEND_NAME not in ATTENTION_BACKEND_CHOICES:
         ATTENTION_BACKEND_CHOICES.append(BACKEND_NAME)
 
-    from sglang_rvv import kv_int8, layers, validate
+    from sglang_rvv import kv_int8, layers, tp, validate
 
     kv_int8.register()
+    tp.register()
     validate.register()
     layers.maybe_enable()

@@ -20,6 +20,11 @@ takes the server with it: on Linux the server is started with the parent-death s
 SIGKILL (``PR_SET_PDEATHSIG``), and SGLang gives its own children the same. ``--sleep-on-idle``
 is passed unless ``--no-sleep-on-idle`` is given: without it SGLang's scheduler polls its
 sockets and keeps a core busy while no request is in flight.
+
+Tensor parallelism: with ``--tp-size N`` (times ``--pp-size`` and ``--dp-size``) more than the
+host's NUMA nodes and ``SGLANG_CPU_OMP_THREADS_BIND`` unset, it sets that variable to the
+cores it may run on split evenly among the ranks, and prints the value (SGLang refuses to
+start without it; see :mod:`sglang_rvv.tp`).
 """
 
 from __future__ import annotations
@@ -90,6 +95,46 @@ def server_command(
     if sleep_on_idle and SLEEP_ON_IDLE not in extra:
         cmd.append(SLEEP_ON_IDLE)
     return cmd + list(extra)
+
+
+RANK_FLAGS = (
+    ("--tp-size", "--tensor-parallel-size"),
+    ("--pp-size", "--pipeline-parallel-size"),
+    ("--dp-size", "--data-parallel-size"),
+)
+"""SGLang's flags whose values multiply into the number of ranks (scheduler processes)."""
+
+
+def ranks(args: Sequence[str]) -> int:
+    """The number of ranks ``args`` asks SGLang for: tp x pp x dp (each 1 when not given)."""
+    total = 1
+    for names in RANK_FLAGS:
+        for i, a in enumerate(args):
+            for name in names:
+                if a == name and i + 1 < len(args):
+                    value = args[i + 1]
+                elif a.startswith(name + "="):
+                    value = a.split("=", 1)[1]
+                else:
+                    continue
+                if not value.isdigit() or int(value) < 1:
+                    raise ValueError(f"{name} {value!r}: expected a positive integer")
+                total *= int(value)
+                break
+    return total
+
+
+def default_threads_bind(args: Sequence[str], env: dict[str, str]) -> str | None:
+    """Sets ``SGLANG_CPU_OMP_THREADS_BIND`` in ``env`` to this process's cores split evenly
+    among the ranks when SGLang would otherwise refuse to start (more ranks than NUMA nodes
+    and the variable unset); returns the value set, or None."""
+    from sglang_rvv import tp
+
+    n = ranks(args)
+    if not tp.bind_needed(n, env):
+        return None
+    env[tp.BIND_ENV] = tp.default_threads_bind(n)
+    return env[tp.BIND_ENV]
 
 
 SGLANG_OPEN_FILES = 65535
@@ -288,6 +333,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     env.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     raise_open_files_limit()
     cmd = server_command(extra, model, sleep_on_idle=not args.no_sleep_on_idle)
+    bind = default_threads_bind(cmd, env)
+    if bind is not None:
+        from sglang_rvv import tp
+
+        print(
+            f"[serve] {ranks(cmd)} ranks, {tp.numa_node_count()} NUMA node(s): "
+            f"SGLANG_CPU_OMP_THREADS_BIND={bind} (its cores split evenly among the ranks; set "
+            "it yourself to choose)",
+            flush=True,
+        )
     url = f"http://{_value(cmd, '--host')}:{_value(cmd, '--port')}"
     print("[serve] sglang " + " ".join(cmd[cmd.index("serve") :]), flush=True)
     stop = StopSignals()

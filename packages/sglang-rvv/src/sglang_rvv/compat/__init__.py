@@ -126,12 +126,14 @@ GAPS: tuple[Gap, ...] = (
         "SGLang's CPU mode imports sgl-kernel's Python module at module load (e.g. "
         "`assign_req_to_token_pool_cpu`), before plugins run, and it has no CPU or riscv64 "
         "build. The stand-in registers rvv-ops' `torch.ops.sgl_kernel` ops, implements the "
-        "two helpers used while serving with torch, and its speculative-decoding helpers "
-        "raise NotImplementedError",
+        "two helpers used while serving with torch, defines sgl-kernel's CPU tensor-parallel "
+        "ops (`initialize`, `init_cpu_threads_env`, `shm_allreduce`, `shm_allgather`) on "
+        "torch.distributed, and its speculative-decoding helpers raise NotImplementedError",
         (
             "test_shim.py::test_shim_serves_sgl_kernel_and_registers_the_ops",
             "test_shim.py::test_a_real_sgl_kernel_wins",
             "test_shim.py::test_every_name_sglang_imports_in_cpu_mode_exists",
+            "test_tp.py::test_collectives_two_ranks_match_torch_distributed",
         ),
         spec=_sgl_kernel_spec,
         riscv64_only=False,

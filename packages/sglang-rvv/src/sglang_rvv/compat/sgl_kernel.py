@@ -13,6 +13,10 @@ at module load:
   ``build_tree_kernel_efficient_cpu``, ``verify_tree_greedy_cpu``): importable so SGLang's
   modules load, but speculative decoding is not supported by sglang-rvv and calling one raises
   ``NotImplementedError`` saying so.
+
+It also defines sgl-kernel's CPU tensor-parallel ops (``torch.ops.sgl_kernel.initialize``,
+``init_cpu_threads_env``, ``shm_allreduce``, ``shm_allgather``) on ``torch.distributed``:
+:mod:`sglang_rvv.compat.collectives`.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ from typing import Any, NoReturn
 
 import rvv_ops  # noqa: F401  (registers torch.ops.sgl_kernel.*)
 import torch
+
+from sglang_rvv.compat import collectives
+
+collectives.register()
 
 RVV_SHIM = True
 """Marks this module as sglang-rvv's stand-in (``getattr(sgl_kernel, "RVV_SHIM", False)``)."""
