@@ -39,6 +39,8 @@ import rvv_attention as ra
 import torch
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, unwrap_write_loc
 
+from sglang_rvv import hooks
+
 logger = logging.getLogger("sglang_rvv")
 
 OPTION = "int8"
@@ -371,7 +373,7 @@ def add_cli_choice(result: Any, parser: Any, *args: Any, **kwargs: Any) -> None:
 
 
 _KV = "sglang.srt.mem_cache"
-HOOKS: tuple[tuple[str, Any, str], ...] = (
+HOOKS: tuple[hooks.Hook, ...] = (
     (f"{_KV}.kv_cache_dtype.configure_kv_cache_dtype", configure_kv_cache_dtype, "AROUND"),
     (
         f"{_KV}.kv_cache_configurator.KVCacheConfigurator._resolve_kv_pool_class",
@@ -394,16 +396,7 @@ HOOKS: tuple[tuple[str, Any, str], ...] = (
 )
 """(target, hook, HookType name) registered by :func:`register`."""
 
-_registered = False
-
 
 def register() -> None:
-    """Registers the hooks above with SGLang (idempotent; every SGLang process)."""
-    global _registered
-    if _registered:
-        return
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    for target, hook, kind in HOOKS:
-        HookRegistry.register(target, hook, HookType[kind])
-    _registered = True
+    """Registers :data:`HOOKS` with SGLang (idempotent; every SGLang process)."""
+    hooks.register_once(__name__, HOOKS)

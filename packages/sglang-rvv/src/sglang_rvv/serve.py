@@ -130,11 +130,7 @@ def default_threads_bind(args: Sequence[str], env: dict[str, str]) -> str | None
     and the variable unset); returns the value set, or None."""
     from sglang_rvv import tp
 
-    n = ranks(args)
-    if not tp.bind_needed(n, env):
-        return None
-    env[tp.BIND_ENV] = tp.default_threads_bind(n)
-    return env[tp.BIND_ENV]
+    return tp.set_default_bind(ranks(args), env)
 
 
 SGLANG_OPEN_FILES = 65535

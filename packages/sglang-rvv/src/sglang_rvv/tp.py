@@ -37,9 +37,11 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from sglang_rvv import hooks
 
 logger = logging.getLogger("sglang_rvv")
 
@@ -77,11 +79,20 @@ def default_threads_bind(ranks: int, cpus: Sequence[int] | None = None) -> str:
     return "|".join(",".join(str(c) for c in g) for g in groups)
 
 
-def bind_needed(ranks: int, environ: dict[str, str] | None = None) -> bool:
+def bind_needed(ranks: int, environ: Mapping[str, str] | None = None) -> bool:
     """True when SGLang would refuse ``ranks`` ranks: more ranks than NUMA nodes and no
     ``SGLANG_CPU_OMP_THREADS_BIND``."""
     env = os.environ if environ is None else environ
     return ranks > numa_node_count() and not env.get(BIND_ENV)
+
+
+def set_default_bind(ranks: int, environ: MutableMapping[str, str]) -> str | None:
+    """Sets ``SGLANG_CPU_OMP_THREADS_BIND`` in ``environ`` to :func:`default_threads_bind`
+    when :func:`bind_needed`; returns the value set, or None."""
+    if not bind_needed(ranks, environ):
+        return None
+    environ[BIND_ENV] = default_threads_bind(ranks)
+    return environ[BIND_ENV]
 
 
 # ------------------------------------------------------------------------------------- hooks
@@ -109,10 +120,9 @@ def no_pynccl_on_cpu(original: Callable[..., Any], *args: Any, **kwargs: Any) ->
 def threads_binding(*, numa_index: int, world_size: int) -> None:
     """BEFORE ``numa_utils.init_threads_binding``: sets ``SGLANG_CPU_OMP_THREADS_BIND`` to
     :func:`default_threads_bind` when SGLang would otherwise refuse ``world_size`` ranks."""
-    if not bind_needed(world_size):
+    value = set_default_bind(world_size, os.environ)
+    if value is None:
         return None
-    value = default_threads_bind(world_size)
-    os.environ[BIND_ENV] = value
     logger.warning(
         "sglang-rvv: %d ranks on %d NUMA node(s) and %s unset: set it to %r (this process's "
         "cores split evenly among the ranks; set it yourself to choose)",
@@ -172,7 +182,7 @@ def masked_input(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
 
 
 _PS = "sglang.srt.distributed.parallel_state."
-HOOKS: tuple[tuple[str, Callable[..., Any], str], ...] = (
+HOOKS: tuple[hooks.Hook, ...] = (
     (_PS + "GroupCoordinator.__init__", no_pynccl_on_cpu, "AROUND"),
     ("sglang.srt.utils.numa_utils.init_threads_binding", threads_binding, "BEFORE"),
     ("sglang.srt.distributed.bootstrap._init_cpu_threads_env", cpu_threads_env, "AROUND"),
@@ -184,16 +194,7 @@ HOOKS: tuple[tuple[str, Callable[..., Any], str], ...] = (
 )
 """(target, hook, HookType name) registered by :func:`register`."""
 
-_registered = False
-
 
 def register() -> None:
     """Registers :data:`HOOKS` with SGLang (idempotent; every SGLang process)."""
-    global _registered
-    if _registered:
-        return
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    for target, hook, kind in HOOKS:
-        HookRegistry.register(target, hook, HookType[kind])
-    _registered = True
+    hooks.register_once(__name__, HOOKS)

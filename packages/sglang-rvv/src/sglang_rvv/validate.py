@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request"
+from sglang_rvv import hooks
 
-_registered = False
+TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request"
 
 
 def check_prompt_ids(manager: Any, obj: Any, input_ids: Any, *args: Any, **kwargs: Any) -> None:
@@ -33,12 +33,10 @@ def check_prompt_ids(manager: Any, obj: Any, input_ids: Any, *args: Any, **kwarg
         )
 
 
-def register() -> None:
-    """Registers :func:`check_prompt_ids` with SGLang (idempotent; every SGLang process)."""
-    global _registered
-    if _registered:
-        return
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+HOOKS: tuple[hooks.Hook, ...] = ((TARGET, check_prompt_ids, "BEFORE"),)
+"""(target, hook, HookType name) registered by :func:`register`."""
 
-    HookRegistry.register(TARGET, check_prompt_ids, HookType.BEFORE)
-    _registered = True
+
+def register() -> None:
+    """Registers :data:`HOOKS` with SGLang (idempotent; every SGLang process)."""
+    hooks.register_once(__name__, HOOKS)
