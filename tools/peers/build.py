@@ -18,9 +18,11 @@ only the ``llama`` and ``ggml`` libraries, then ``driver``) and returns the driv
   GGUF files.
 
 No OpenMP (one thread), no curl, no GPU backend, static libraries. Builds are cached under
-``cache_dir() / "build" / "<target>-<key>"``; the key hashes the sdist's sha256, the CMake
-arguments, the compile flags, driver.cpp and the assembler wrapper, so a change of any of
-them builds afresh.
+``cache_dir() / "build" / "<target>-<libs_key>"`` (:func:`libs_key` hashes the sdist's
+sha256, the CMake arguments and project and the assembler wrapper: a change of any of them
+builds afresh); the binary is ``driver-<build_key>`` in it (:func:`build_key` adds
+driver.cpp: a changed driver is recompiled and relinked in the same tree). A lock file per
+tree serialises concurrent builds.
 
 QEMU cannot run SpacemiT's IME matrix extension, so these builds are plain RVV (the
 ``GGML_CPU_RISCV64_SPACEMIT`` backend is off).
@@ -51,13 +53,17 @@ __all__ = [
     "Target",
     "as_wrapper",
     "build",
+    "build_dir",
     "build_flags",
+    "build_info",
     "build_key",
     "check_sha256",
     "cmake_args",
     "ensure_source",
+    "libs_key",
     "selftest",
     "source_label",
+    "write_tiny_gguf",
 ]
 
 Target = Literal["riscv64", "native"]
@@ -258,26 +264,36 @@ def as_wrapper(gnu_as: str = GNU_AS) -> str:
     return _AS_WRAPPER.format(gnu_as=gnu_as)
 
 
-def build_key(target: Target) -> str:
-    """The cache key of ``target``'s build: sdist, CMake arguments, flags, driver, wrapper."""
-    _check_target(target)
+def _hash(*parts: str) -> str:
     h = hashlib.sha256()
-    for part in (
-        SDIST_SHA256,
-        target,
-        json.dumps(cmake_args(target, Path("SRC"), Path("BUILD"))),
-        _CMAKELISTS,
-        as_wrapper() if target == "riscv64" else "",
-        DRIVER_SRC.read_text(),
-    ):
+    for part in parts:
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:16]
 
 
+def libs_key(target: Target) -> str:
+    """The cache key of ``target``'s llama.cpp libraries: sdist, CMake arguments and
+    project, assembler wrapper (not the driver: a changed driver relinks in the same tree)."""
+    _check_target(target)
+    return _hash(
+        SDIST_SHA256,
+        target,
+        json.dumps(cmake_args(target, Path("SRC"), Path("BUILD"))),
+        _CMAKELISTS,
+        as_wrapper() if target == "riscv64" else "",
+    )
+
+
+def build_key(target: Target) -> str:
+    """The cache key of ``target``'s driver binary: :func:`libs_key` and driver.cpp."""
+    return _hash(libs_key(target), DRIVER_SRC.read_text())
+
+
 def build_dir(target: Target) -> Path:
-    """The build directory of ``target`` at the current :func:`build_key`."""
-    return cache_dir() / "build" / f"{target}-{build_key(target)}"
+    """The build tree of ``target``'s libraries (at the current :func:`libs_key`); the
+    driver binaries are ``driver-<build_key>`` in it."""
+    return cache_dir() / "build" / f"{target}-{libs_key(target)}"
 
 
 def _check_target(target: str) -> None:
@@ -315,7 +331,8 @@ def build(target: Target) -> Path:
     if missing:
         raise RuntimeError(f"missing build tools {missing}: run 'sudo tools/provision.sh peers'")
     bdir = build_dir(target)
-    binary, stamp = bdir / "driver", bdir / "build.json"
+    key = build_key(target)
+    binary, stamp = bdir / f"driver-{key}", bdir / f"driver-{key}.json"
     if binary.is_file() and stamp.is_file():
         return binary
     src = ensure_source()
@@ -323,44 +340,56 @@ def build(target: Target) -> Path:
     with open(bdir.parent / f"{bdir.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (binary.is_file() and stamp.is_file()):
-            _build_locked(target, src, bdir)
+            _build_locked(target, src, bdir, key)
     return binary
 
 
-def _build_locked(target: Target, src: Path, bdir: Path) -> None:
-    shutil.rmtree(bdir, ignore_errors=True)
-    project = bdir / "project"
-    project.mkdir(parents=True)
+def _build_locked(target: Target, src: Path, bdir: Path, key: str) -> None:
+    project, cmake_build = bdir / "project", bdir / "cmake"
+    configured = bdir / "configured"
+    t0 = time.monotonic()
+    log = bdir / "build.log"
+    if not configured.is_file():
+        shutil.rmtree(bdir, ignore_errors=True)
+        project.mkdir(parents=True)
+        (project / "CMakeLists.txt").write_text(
+            _CMAKELISTS.format(src=src.as_posix(), driver=(project / "driver.cpp").as_posix())
+        )
+        if target == "riscv64":
+            wrapper = bdir / "as-wrapper" / "as"
+            wrapper.parent.mkdir()
+            wrapper.write_text(as_wrapper())
+            wrapper.chmod(0o755)
     # the driver's source is copied: the build does not depend on the checkout it came from
     shutil.copy2(DRIVER_SRC, project / "driver.cpp")
-    (project / "CMakeLists.txt").write_text(
-        _CMAKELISTS.format(src=src.as_posix(), driver=(project / "driver.cpp").as_posix())
-    )
-    if target == "riscv64":
-        wrapper = bdir / "as-wrapper" / "as"
-        wrapper.parent.mkdir()
-        wrapper.write_text(as_wrapper())
-        wrapper.chmod(0o755)
-    log = bdir / "build.log"
-    t0 = time.monotonic()
-    cmake_build = bdir / "cmake"
-    _run(["cmake", "-S", str(project), "-B", str(cmake_build),
-          *cmake_args(target, src, bdir)], log, bdir)  # fmt: skip
+    if not configured.is_file():
+        _run(["cmake", "-S", str(project), "-B", str(cmake_build),
+              *cmake_args(target, src, bdir)], log, bdir)  # fmt: skip
+        configured.write_text(libs_key(target) + "\n")
     _run(["cmake", "--build", str(cmake_build), "--target", "driver", "-j", str(JOBS)], log, bdir)
-    shutil.copy2(cmake_build / "driver", bdir / "driver")
-    (bdir / "build.json").write_text(json.dumps({
-        "target": target, "key": build_key(target), "source": source_label(),
-        "llama_cpp_commit": LLAMA_CPP_COMMIT, "cflags": build_flags(target, "c"),
-        "cxxflags": build_flags(target, "cxx"),
+    binary = bdir / f"driver-{key}"
+    shutil.copy2(cmake_build / "driver", binary)
+    (bdir / f"driver-{key}.json").write_text(json.dumps({
+        "target": target, "key": key, "libs_key": libs_key(target), "source": source_label(),
+        "llama_cpp_commit": LLAMA_CPP_COMMIT, "flags": _flags_summary(target),
+        "cflags": build_flags(target, "c"), "cxxflags": build_flags(target, "cxx"),
         "march": RISCV_MARCH if target == "riscv64" else "native",
         "seconds": round(time.monotonic() - t0, 1),
     }, indent=1) + "\n")  # fmt: skip
 
 
+def _flags_summary(target: Target) -> list[str]:
+    if target == "native":
+        return ["gcc", "-O3", "-march=native"]
+    return ["clang-19", "-O3", f"-march={RISCV_MARCH}", "-mabi=lp64d", "-static",
+            "GNU as 2.40 for C (Zvfh dropped from its -march)"]  # fmt: skip
+
+
 def build_info(target: Target) -> dict[str, Any]:
     """The stamp of ``target``'s build (after :func:`build`): target, key, source, flags,
     march, build seconds."""
-    info: dict[str, Any] = json.loads((build_dir(target) / "build.json").read_text())
+    stamp = build_dir(target) / f"driver-{build_key(target)}.json"
+    info: dict[str, Any] = json.loads(stamp.read_text())
     return info
 
 
@@ -397,7 +426,7 @@ def write_tiny_gguf(path: Path, qtype: str = "f16", *, seed: int = 0) -> None:
             w.add_tensor(name, a.astype(np.float16))
         else:
             q = gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0)
-            w.add_tensor(name, q, raw_shape=(rows, cols), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+            w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
 
     def vector(name: str, n: int, value: float | None = None) -> None:
         v = np.full(n, value, np.float32) if value is not None else rng.normal(0.0, 0.02, n)

@@ -9,6 +9,8 @@
 // Marks for the insncount plugin: mark(label) is the syscall lseek(-1, 0x696E73636E74, label),
 // which the plugin records (counts so far, with the label) and the kernel refuses with EBADF.
 // decode: mark(0) after the prompt is in the KV cache, mark(i+1) after decoded token i.
+//   --state FILE: load the KV cache of the first C - 1 prompt tokens from FILE if it exists,
+//   else compute it and save it there (so a native run can fill it for an emulated one).
 // prefill: mark(0), one llama_decode of P tokens, mark(1).
 // matvec: one warm-up product, mark(0), then R products with mark(r+1) after each.
 // Errors: a message on stderr and exit status 1 (2 for bad command lines).
@@ -173,31 +175,37 @@ int cmd_decode(const Args& a) {
 
     Model m(a.positional[0], (uint32_t)(C + N + 8), (uint32_t)B, (uint32_t)B);
     std::vector<llama_token> prompt = random_tokens(seed, C, m.n_vocab);
+    // The state file holds the KV cache of the first C - 1 prompt tokens (a loaded state has
+    // no logits); the last prompt token is always decoded here, giving the first logits.
+    std::vector<llama_token> head(prompt.begin(), prompt.end() - 1);
     bool loaded = false;
     if (!state.empty() && access(state.c_str(), R_OK) == 0) {
-        std::vector<llama_token> saved(C + 1);
+        std::vector<llama_token> saved(C);
         size_t n_saved = 0;
         if (!llama_state_load_file(m.ctx, state.c_str(), saved.data(), saved.size(), &n_saved)) {
             throw std::runtime_error("cannot load the state file " + state);
         }
         saved.resize(n_saved);
-        if (saved != prompt) {
+        if (saved != head) {
             throw std::runtime_error("state file " + state + " holds another prompt (" +
-                                     std::to_string(n_saved) + " tokens; expected the " +
-                                     std::to_string(C) + " of seed " + std::to_string(seed) + ")");
+                                     std::to_string(n_saved) + " tokens; expected the first " +
+                                     std::to_string(C - 1) + " of seed " + std::to_string(seed) +
+                                     ")");
         }
         loaded = true;
     }
     if (!loaded) {
-        for (int i = 0; i < C; i += B) {
-            std::vector<llama_token> chunk(prompt.begin() + i, prompt.begin() + std::min(C, i + B));
+        for (int i = 0; i < C - 1; i += B) {
+            std::vector<llama_token> chunk(head.begin() + i, head.begin() + std::min(C - 1, i + B));
             m.decode(chunk, "prompt");
         }
         if (!state.empty() &&
-            !llama_state_save_file(m.ctx, state.c_str(), prompt.data(), prompt.size())) {
+            !llama_state_save_file(m.ctx, state.c_str(), head.data(), head.size())) {
             throw std::runtime_error("cannot save the state file " + state);
         }
     }
+    std::vector<llama_token> last{prompt.back()};
+    m.decode(last, "last prompt token");
     int next = m.last_argmax();
     std::vector<int> out;
     mark(0);
