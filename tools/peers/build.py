@@ -360,8 +360,9 @@ def _build_locked(target: Target, src: Path, bdir: Path, key: str) -> None:
             wrapper.parent.mkdir()
             wrapper.write_text(as_wrapper())
             wrapper.chmod(0o755)
-    # the driver's source is copied: the build does not depend on the checkout it came from
-    shutil.copy2(DRIVER_SRC, project / "driver.cpp")
+    # the driver's source is copied (the build does not depend on the checkout it came
+    # from) with a fresh mtime, so that ninja recompiles it whatever the checkout's mtime
+    shutil.copyfile(DRIVER_SRC, project / "driver.cpp")
     if not configured.is_file():
         _run(["cmake", "-S", str(project), "-B", str(cmake_build),
               *cmake_args(target, src, bdir)], log, bdir)  # fmt: skip

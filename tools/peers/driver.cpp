@@ -97,8 +97,14 @@ Args parse_args(int argc, char** argv, int first, const std::vector<std::string>
     return a;
 }
 
+// What llama.cpp resolved Flash Attention to (its default "auto" enables it when the CPU
+// backend supports it); read from its log, which has no API for it.
+std::string g_flash_attn = "unknown";
+
 void quiet_log(enum ggml_log_level level, const char* text, void*) {
     if (level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
+    if (std::strstr(text, "Flash Attention enabled") != nullptr) g_flash_attn = "enabled";
+    if (std::strstr(text, "Flash Attention not supported") != nullptr) g_flash_attn = "disabled";
 }
 
 std::string json_ints(const std::vector<int>& v) {
@@ -217,9 +223,9 @@ int cmd_decode(const Args& a) {
         mark(i + 1);
     }
     std::printf("{\"mode\": \"decode\", \"tokens\": %s, \"n_vocab\": %d, \"n_layer\": %d, "
-                "\"context\": %d, \"state\": \"%s\"}\n",
+                "\"context\": %d, \"state\": \"%s\", \"flash_attn\": \"%s\"}\n",
                 json_ints(out).c_str(), m.n_vocab, m.n_layer, C,
-                state.empty() ? "none" : (loaded ? "loaded" : "saved"));
+                state.empty() ? "none" : (loaded ? "loaded" : "saved"), g_flash_attn.c_str());
     return 0;
 }
 
@@ -235,8 +241,8 @@ int cmd_prefill(const Args& a) {
     mark(1);
     int next = m.last_argmax();
     std::printf("{\"mode\": \"prefill\", \"tokens\": %d, \"batch\": %d, \"next\": %d, "
-                "\"n_vocab\": %d, \"n_layer\": %d}\n",
-                P, std::min(P, B), next, m.n_vocab, m.n_layer);
+                "\"n_vocab\": %d, \"n_layer\": %d, \"flash_attn\": \"%s\"}\n",
+                P, std::min(P, B), next, m.n_vocab, m.n_layer, g_flash_attn.c_str());
     return 0;
 }
 
