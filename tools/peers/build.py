@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib
 import json
 import os
 import shutil
@@ -176,23 +177,29 @@ def _download_sdist(dest: Path) -> Path:
 
 def ensure_source() -> Path:
     """Download (once) the pinned ``llama-cpp-python`` sdist, check its sha256, unpack it
-    (once) and return its ``vendor/llama.cpp`` directory."""
+    (once) and return its ``vendor/llama.cpp`` directory. Concurrent callers wait on a lock
+    file."""
     root = source_root()
     done = root.parent.parent / ".unpacked"
     if done.is_file() and done.read_text().strip() == SDIST_SHA256:
         return root
-    tarball = sdist_dir() / SDIST_FILE
-    if not tarball.is_file():
-        _download_sdist(sdist_dir())
-    check_sha256(tarball)
-    unpack_to = cache_dir() / "src"
-    shutil.rmtree(root.parent.parent, ignore_errors=True)
-    unpack_to.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(tarball) as tar:
-        tar.extractall(unpack_to, filter="data")
-    if not (root / "ggml" / "src" / "ggml-cpu" / "arch" / "riscv").is_dir():
-        raise RuntimeError(f"{tarball} has no vendor/llama.cpp with ggml's RISC-V code")
-    done.write_text(SDIST_SHA256 + "\n")
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / "src.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.is_file() and done.read_text().strip() == SDIST_SHA256:
+            return root
+        tarball = sdist_dir() / SDIST_FILE
+        if not tarball.is_file():
+            _download_sdist(sdist_dir())
+        check_sha256(tarball)
+        unpack_to = cache_dir() / "src"
+        shutil.rmtree(root.parent.parent, ignore_errors=True)
+        unpack_to.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(tarball) as tar:
+            tar.extractall(unpack_to, filter="data")
+        if not (root / "ggml" / "src" / "ggml-cpu" / "arch" / "riscv").is_dir():
+            raise RuntimeError(f"{tarball} has no vendor/llama.cpp with ggml's RISC-V code")
+        done.write_text(SDIST_SHA256 + "\n")
     return root
 
 
@@ -399,8 +406,11 @@ def write_tiny_gguf(path: Path, qtype: str = "f16", *, seed: int = 0) -> None:
     16, ffn 128, vocab 256, context 256; matrices in ``qtype`` "f16" or "q8_0", the rest f32)
     with a minimal SentencePiece-style vocabulary, for checking the driver. Needs the
     ``gguf`` package."""
-    import gguf
     import numpy as np
+
+    # gguf is a dependency of the bench-peers session only (not of lint, which type-checks
+    # this module): imported by name, it is untyped here.
+    gguf: Any = importlib.import_module("gguf")
 
     if qtype not in ("f16", "q8_0"):
         raise ValueError(f"qtype must be 'f16' or 'q8_0', not {qtype!r}")
