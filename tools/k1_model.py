@@ -339,7 +339,9 @@ def _points(records: Iterable[Mapping[str, Any]], key: str) -> dict[tuple[int, i
 def check(peers: Sequence[Mapping[str, Any]], board: Board = K1) -> dict[str, Any]:
     """Predicted against published for every PUBLISHED point with llama.cpp records (VLEN 256,
     its kind/arch/qtype, context or prompt as published); ``error``: max |ln(pred/pub)|
-    over the points checked (None if none could be)."""
+    over the points checked (None if none could be). Every point, checked or not, carries
+    its DRAM bytes per token and the time they take at the board's bandwidth
+    (``memory_floor_ms``): a published time below it would refute the bandwidth figure."""
     rows: list[dict[str, Any]] = []
     for pub in PUBLISHED:
         recs = [
@@ -350,20 +352,23 @@ def check(peers: Sequence[Mapping[str, Any]], board: Board = K1) -> dict[str, An
             and (int(r.get("prompt_tokens", 1)) == pub.prompt_tokens if pub.kind == "prefill"
                  else int(r.get("context", -1)) == pub.context)
         ]  # fmt: skip
-        row: dict[str, Any] = {**asdict(pub), "threads": PUBLISHED_THREADS}
         shape = SHAPES[pub.arch]
+        types = llama_types(pub.qtype, recs[0].get("output_type") if recs else None)
+        nbytes = token_bytes(shape, types, layers=shape.layers, vocab=shape.vocab,
+                             context=pub.context, prompt=pub.prompt_tokens)  # fmt: skip
+        row: dict[str, Any] = {
+            **asdict(pub), "threads": PUBLISHED_THREADS, "bytes_per_token": nbytes["total"],
+            "memory_floor_ms": nbytes["total"] / (board.bandwidth_gbs * 1e9) * 1e3,
+        }  # fmt: skip
         try:
             sp = split(_points(recs, "est_cycles_per_token"))
             cycles, how = sp.at(shape.layers, shape.vocab)
         except ValueError as e:
             rows.append({**row, "predicted_tokens_per_s": None, "missing": str(e)})
             continue
-        types = llama_types(pub.qtype, recs[0].get("output_type"))
-        nbytes = token_bytes(shape, types, layers=shape.layers, vocab=shape.vocab,
-                             context=pub.context, prompt=pub.prompt_tokens)  # fmt: skip
         t = timing(cycles, nbytes["total"], PUBLISHED_THREADS, board)
         rows.append({
-            **row, "cycles_per_token": cycles, "how": how, "bytes_per_token": nbytes["total"],
+            **row, "cycles_per_token": cycles, "how": how,
             **t, "predicted_tokens_per_s": t["tokens_per_s"],
             "log_ratio": math.log(t["tokens_per_s"] / pub.tokens_per_s),
             "repack": recs[0].get("repack"),
@@ -467,8 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"check against published BPI-F3 figures ({PUBLISHED_THREADS} threads assumed):")
     for p in chk["points"]:
         if p["predicted_tokens_per_s"] is None:
-            print(f"  {p['label']:<30} published {p['tokens_per_s']:6.2f} tok/s: not checked "
-                  f"({p['missing']})")  # fmt: skip
+            print(f"  {p['label']:<30} published {p['tokens_per_s']:6.2f} tok/s "
+                  f"({1e3 / p['tokens_per_s']:.1f} ms; memory floor {p['memory_floor_ms']:.1f} "
+                  f"ms): not checked ({p['missing']})")  # fmt: skip
             continue
         print(f"  {p['label']:<30} published {p['tokens_per_s']:6.2f}, predicted "
               f"{p['predicted_tokens_per_s']:6.2f} tok/s (compute {p['compute_ms']:.1f} ms, "

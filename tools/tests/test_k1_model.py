@@ -135,6 +135,8 @@ def test_check_against_published() -> None:
     assert iq4["log_ratio"] == pytest.approx(math.log(17.83742405 / 7.94))
     assert chk["error"] == pytest.approx(abs(iq4["log_ratio"]))
     assert all(p["predicted_tokens_per_s"] is None for p in chk["points"][1:])
+    # unchecked points still state their memory floor: F16 pp128 16,192,256 B (see below)
+    assert chk["points"][3]["memory_floor_ms"] == pytest.approx(1.513294953)
     assert k1_model.check([])["error"] is None
 
 
