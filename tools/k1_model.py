@@ -87,17 +87,20 @@ Inputs - llama.cpp: ``build/bench/peers.json`` (tools/bench_peers.py), records
 ``{"peer": "llama.cpp", "kind", "arch", "qtype", "vlen", "layers", "vocab", "context",
 "insns_per_token", "est_cycles_per_token"}`` (+ ``"prompt_tokens"`` for prefill; optional
 ``"output_type"``, else :data:`HEAD_TYPE`). The check needs these runs, one thread, VLEN 256,
-``arch`` ``tinyllama-1.1b`` at its real vocabulary (32000), layers 1 AND 2 of each:
+``arch`` ``tinyllama-1.1b``, layers 1 AND 2 of each, at its real vocabulary (32000) or,
+for decode, at two vocabularies (per-row extrapolation):
 
-* ``kind`` ``decode``, ``qtype`` ``iq4_nl``, context 32 (decode after 32 cached tokens);
-  if the driver can turn ggml's repack buffers off (``use_extra_bufts = false``), that is
-  the path PR 18859 measured - say in the record which one ran (``"repack": bool``);
-* ``kind`` ``decode``, ``qtype`` ``q3_k``, context 32;
-* ``kind`` ``prefill``, ``qtype`` ``iq4_nl``, ``prompt_tokens`` 32 (context 0);
-* ``kind`` ``prefill``, ``qtype`` ``f16``, ``prompt_tokens`` 128 (context 0; zvfh build).
+* ``kind`` ``decode``, ``qtype`` ``iq4_nl``, context 32 (decode after 32 cached tokens; the
+  records at the nearest context are used); if the driver can turn ggml's repack buffers
+  off (``use_extra_bufts = false``), that is the path PR 18859 measured - say in the record
+  which one ran (``"repack": bool``);
+* ``kind`` ``decode``, ``qtype`` ``q3_k``, context 32 (nearest used);
+* ``kind`` ``prefill``, ``qtype`` ``iq4_nl``, ``prompt_tokens`` 32;
+* ``kind`` ``prefill``, ``qtype`` ``f16``, ``prompt_tokens`` 128 (zvfh build).
 
 Prefill records: ``est_cycles_per_token`` = the cycles of the one ``llama_decode`` of the
-prompt / ``prompt_tokens``. Memory for prefill reads the weights once per prompt.
+prompt / ``prompt_tokens``; one vocabulary is enough (the head runs for the last prompt
+token only). Memory for prefill reads the weights once per prompt.
 """
 
 from __future__ import annotations
@@ -349,9 +352,13 @@ def check(peers: Sequence[Mapping[str, Any]], board: Board = K1) -> dict[str, An
             if r.get("peer", "llama.cpp") == "llama.cpp" and r.get("kind") == pub.kind
             and r.get("arch") == pub.arch and r.get("qtype") == pub.qtype
             and int(r.get("vlen", 0)) == 256
-            and (int(r.get("prompt_tokens", 1)) == pub.prompt_tokens if pub.kind == "prefill"
-                 else int(r.get("context", -1)) == pub.context)
+            and (pub.kind != "prefill" or int(r.get("prompt_tokens", 1)) == pub.prompt_tokens)
         ]  # fmt: skip
+        if pub.kind == "decode" and recs:
+            # Decode runs at the cached length nearest the published one (at these lengths
+            # attention is a small part of a token).
+            nearest = min({int(r["context"]) for r in recs}, key=lambda c: abs(c - pub.context))
+            recs = [r for r in recs if int(r["context"]) == nearest]
         shape = SHAPES[pub.arch]
         types = llama_types(pub.qtype, recs[0].get("output_type") if recs else None)
         nbytes = token_bytes(shape, types, layers=shape.layers, vocab=shape.vocab,
@@ -362,13 +369,24 @@ def check(peers: Sequence[Mapping[str, Any]], board: Board = K1) -> dict[str, An
         }  # fmt: skip
         try:
             sp = split(_points(recs, "est_cycles_per_token"))
-            cycles, how = sp.at(shape.layers, shape.vocab)
+            if (
+                pub.kind == "prefill"
+                and sp.per_row is None
+                and shape.vocab not in {a[1] for a in sp.anchors}
+            ):
+                # Prefill computes logits for the last prompt token only: the head is a
+                # 1 / prompt share of a token, so runs at one vocabulary stand for the real.
+                cycles, _ = sp.at(shape.layers, sp.anchors[0][1])
+                how = f"vocabulary {sp.anchors[0][1]} (head once per prompt)"
+            else:
+                cycles, how = sp.at(shape.layers, shape.vocab)
         except ValueError as e:
             rows.append({**row, "predicted_tokens_per_s": None, "missing": str(e)})
             continue
         t = timing(cycles, nbytes["total"], PUBLISHED_THREADS, board)
         rows.append({
             **row, "cycles_per_token": cycles, "how": how,
+            "counted_context": int(recs[0].get("context", 0)),
             **t, "predicted_tokens_per_s": t["tokens_per_s"],
             "log_ratio": math.log(t["tokens_per_s"] / pub.tokens_per_s),
             "repack": recs[0].get("repack"),

@@ -117,7 +117,7 @@ def test_check_against_published() -> None:
     peers = [
         peer("decode", "iq4_nl", 1, 50e6, context=32),
         peer("decode", "iq4_nl", 2, 80e6, context=32),
-        peer("decode", "iq4_nl", 1, 1e9, context=512),  # another context: not used
+        peer("decode", "iq4_nl", 1, 1e9, context=512),  # a farther context: not used
         peer("decode", "iq4_nl", 1, 1e9, context=32, vlen=128),  # another VLEN: not used
     ]
     chk = k1_model.check(peers)
@@ -147,6 +147,7 @@ def test_check_prefill_matches_prompt_length() -> None:
         peer("prefill", "f16", 2, 9e9, prompt_tokens=64),  # another prompt: not used
     ]
     f16 = next(p for p in k1_model.check(peers)["points"] if p["qtype"] == "f16")
+    assert f16["how"] == "measured vocabulary"
     # 4e6 + 21 x 2e6 = 46e6 cycles / 12.8e9 = 3.59375 ms; bytes 16,192,256 / 10.7e9 =
     # 1.51329 ms -> compute-bound, 278.26 tokens/s.
     assert f16["cycles_per_token"] == 46e6
@@ -209,3 +210,27 @@ def test_cli_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "model error: not checked" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         k1_model.main(["--threads", "16", "--out", str(out)])
+
+
+def test_check_prefill_at_one_small_vocabulary_and_nearest_decode_context() -> None:
+    peers = [
+        peer("prefill", "f16", 1, 4e6, prompt_tokens=128, vocab=4096, context=128),
+        peer("prefill", "f16", 2, 6e6, prompt_tokens=128, vocab=4096, context=128),
+        # Q3_K decode at context 64 with two vocabularies: 1e6 + 2e7 x L + 100 x V
+        peer("decode", "q3_k", 1, 21_409_600.0, vocab=4096, context=64),
+        peer("decode", "q3_k", 2, 41_409_600.0, vocab=4096, context=64),
+        peer("decode", "q3_k", 1, 22_638_400.0, vocab=16384, context=64),
+    ]
+    points = {p["qtype"]: p for p in k1_model.check(peers)["points"]}
+    assert points["f16"]["cycles_per_token"] == 46e6  # 4e6 + 21 x 2e6, head difference ignored
+    assert points["f16"]["how"] == "vocabulary 4096 (head once per prompt)"
+    q3 = points["q3_k"]
+    # 1e6 + 22 x 2e7 + 32000 x 100 = 444,200,000 cycles, counted at context 64
+    assert q3["cycles_per_token"] == pytest.approx(444_200_000.0)
+    assert q3["how"] == "per-row extrapolation"
+    assert q3["counted_context"] == 64
+    # bytes at the published context 32: 22 x (44,040,192 x 110/256 + 16,384) + head
+    # 32000 x 2048 x 210/256 + K/V 22 x 1024 x 33 + embedding 2048 x 110/256
+    assert q3["bytes_per_token"] == pytest.approx(
+        22 * (18_923_520 + 16_384) + 53_760_000 + 743_424 + 880
+    )
