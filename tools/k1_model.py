@@ -352,7 +352,7 @@ def check(peers: Sequence[Mapping[str, Any]], board: Board = K1) -> dict[str, An
             if r.get("peer", "llama.cpp") == "llama.cpp" and r.get("kind") == pub.kind
             and r.get("arch") == pub.arch and r.get("qtype") == pub.qtype
             and int(r.get("vlen", 0)) == 256
-            and (pub.kind != "prefill" or int(r.get("prompt_tokens", 1)) == pub.prompt_tokens)
+            and (pub.kind != "prefill" or int(r.get("prompt_tokens") or 1) == pub.prompt_tokens)
         ]  # fmt: skip
         if pub.kind == "decode" and recs:
             # Decode runs at the cached length nearest the published one (at these lengths

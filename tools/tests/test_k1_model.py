@@ -115,7 +115,7 @@ def peer(kind: str, qtype: str, layers: int, cycles: float, **extra: Any) -> dic
 
 def test_check_against_published() -> None:
     peers = [
-        peer("decode", "iq4_nl", 1, 50e6, context=32),
+        peer("decode", "iq4_nl", 1, 50e6, context=32, prompt_tokens=None),
         peer("decode", "iq4_nl", 2, 80e6, context=32),
         peer("decode", "iq4_nl", 1, 1e9, context=512),  # a farther context: not used
         peer("decode", "iq4_nl", 1, 1e9, context=32, vlen=128),  # another VLEN: not used
@@ -145,6 +145,7 @@ def test_check_prefill_matches_prompt_length() -> None:
         peer("prefill", "f16", 1, 4e6, prompt_tokens=128),
         peer("prefill", "f16", 2, 6e6, prompt_tokens=128),
         peer("prefill", "f16", 2, 9e9, prompt_tokens=64),  # another prompt: not used
+        peer("matvec", "f16", 2, 9e9, arch=None),  # not a token: not used
     ]
     f16 = next(p for p in k1_model.check(peers)["points"] if p["qtype"] == "f16")
     assert f16["how"] == "measured vocabulary"
