@@ -397,21 +397,31 @@ def check(peers: Sequence[Mapping[str, Any]], board: Board = K1) -> dict[str, An
 
 def project(
     ours: Sequence[Mapping[str, Any]],
+    peers: Sequence[Mapping[str, Any]] = (),
     *,
     shape: Shape = QWEN,
     threads: Sequence[int] = (1, 4, 8),
     error: float | None = None,
     board: Board = K1,
 ) -> list[dict[str, Any]]:
-    """Projected time per token of `shape` for each of our modes with records at VLEN 256
-    (see the module docstring), at each of `threads`; with `error`, the band
-    ``time x/ exp(error)``. Also the per-row extrapolation's cycles against a full-vocabulary
-    run where there is one (``extrapolation_check``). A mode whose runs cannot be split gets
-    one row ``{"mode", "model", "missing": why}``."""
-    out: list[dict[str, Any]] = []
+    """Projected time per token of `shape` at each of `threads` for each of our modes with
+    records at VLEN 256 (see the module docstring) and, from `peers`, each llama.cpp type
+    with ``qwen2-1.5b`` decode records at VLEN 256 (``mode`` "llama.cpp <qtype>"); with
+    `error`, the band ``time x/ exp(error)``. Also the per-row extrapolation's cycles against
+    a full-vocabulary run where there is one (``extrapolation_check``). A mode whose runs
+    cannot be split gets one row ``{"mode", "model", "missing": why}``."""
+    groups: list[tuple[str, Types, list[Mapping[str, Any]]]] = []
     for mode, types in OUR_TYPES.items():
         recs = [r for r in ours if r.get("mode") == mode and int(r.get("vlen", 0)) == 256
-                and "layers" in r and "vocab" in r]  # fmt: skip
+                and r.get("layers") is not None and r.get("vocab") is not None]  # fmt: skip
+        groups.append((mode, types, recs))
+    for qtype in HEAD_TYPE:
+        recs = [r for r in peers if r.get("kind") == "decode" and r.get("arch") == "qwen2-1.5b"
+                and r.get("qtype") == qtype and int(r.get("vlen", 0)) == 256
+                and r.get("layers") is not None and r.get("vocab") is not None]  # fmt: skip
+        groups.append((f"llama.cpp {qtype}", llama_types(qtype), recs))
+    out: list[dict[str, Any]] = []
+    for mode, types, recs in groups:
         if not recs:
             continue
         contexts = {int(r["context"]) for r in recs}
@@ -460,8 +470,9 @@ def _load(path: Path) -> list[dict[str, Any]]:
 
 def report(ours_file: Path, peers_file: Path, threads: Sequence[int] = (1, 4, 8)) -> dict[str, Any]:
     """The check and the projections from the two record files (either may be missing)."""
-    chk = check(_load(peers_file))
-    proj = project(_load(ours_file), threads=threads, error=chk["error"])
+    peers = _load(peers_file)
+    chk = check(peers)
+    proj = project(_load(ours_file), peers, threads=threads, error=chk["error"])
     return {
         "board": asdict(K1), "published_threads": PUBLISHED_THREADS, "check": chk,
         "projections": proj, "reference_ms": REFERENCE,
@@ -499,15 +510,15 @@ def main(argv: list[str] | None = None) -> int:
               f"memory {p['memory_ms']:.1f} ms), ln ratio {p['log_ratio']:+.2f}")  # fmt: skip
     err = chk["error"]
     print(f"model error: {'not checked' if err is None else f'x/ {math.exp(err):.2f}'}")
-    print(f"\n{'mode':<9} {'T':>2} {'compute ms':>10} {'memory ms':>9} {'time ms':>8} "
+    print(f"\n{'mode':<15} {'T':>2} {'compute ms':>10} {'memory ms':>9} {'time ms':>8} "
           f"{'band ms':>15} {'tok/s':>6} {'sum ms':>7}  how")  # fmt: skip
     for p in rep["projections"]:
         if "missing" in p:
-            print(f"{p['mode']:<9} not projected: {p['missing']}")
+            print(f"{p['mode']:<15} not projected: {p['missing']}")
             continue
         band = p["time_ms_band"]
         band_s = "-" if band is None else f"{band[0]:.0f}-{band[1]:.0f}"
-        print(f"{p['mode']:<9} {p['threads']:>2} {p['compute_ms']:>10.1f} "
+        print(f"{p['mode']:<15} {p['threads']:>2} {p['compute_ms']:>10.1f} "
               f"{p['memory_ms']:>9.1f} {p['time_ms']:>8.1f} {band_s:>15} "
               f"{p['tokens_per_s']:>6.2f} {p['sum_ms']:>7.1f}  {p['how']}")  # fmt: skip
     for p in rep["projections"]:

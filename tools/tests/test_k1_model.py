@@ -235,3 +235,24 @@ def test_check_prefill_at_one_small_vocabulary_and_nearest_decode_context() -> N
     assert q3["bytes_per_token"] == pytest.approx(
         22 * (18_923_520 + 16_384) + 53_760_000 + 743_424 + 880
     )
+
+
+def test_project_llama_cpp_qwen_types() -> None:
+    def rec(layers: int, vocab: int, cycles: float, **kw: Any) -> dict[str, Any]:
+        return {**peer("decode", "q8_0", layers, cycles, arch="qwen2-1.5b", vocab=vocab,
+                       context=512), **kw}  # fmt: skip
+
+    peers = [
+        rec(1, 4096, 10_096_000.0),  # 1e6 + 5e6 x L + 1000 x V
+        rec(2, 4096, 15_096_000.0),
+        rec(1, 16384, 22_384_000.0),
+        rec(1, 4096, 1.0, arch="tinyllama-1.1b"),  # another model: not used
+    ]
+    (row,) = k1_model.project([], peers, threads=[8])
+    assert row["mode"] == "llama.cpp q8_0"
+    # 1e6 + 28 x 5e6 + 151,936 x 1000 = 292,936,000 cycles
+    assert row["cycles_per_token"] == pytest.approx(292_936_000.0)
+    # Q8_0 34 B per 32 weights: 28 x (46,792,704 x 1.0625 + 5120 x 4) + head 151,936 x
+    # 1536 x 1.0625 (Q8_0 files keep the head in Q8_0) + K/V (f16) 28 x 1024 x 513 + 1632
+    expected = 28 * (49_717_248 + 20_480) + 247_959_552 + 14_708_736 + 1632
+    assert row["bytes_per_token"]["total"] == pytest.approx(expected)
