@@ -532,6 +532,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{p['bytes_per_token']['total'] / 1e6:.0f} MB per token"
                   + ("" if ext is None else
                      f"; per-row extrapolation / measured = {ext['ratio']:.3f}"))  # fmt: skip
+    print("published, for comparison (ms per token on a K1): " + "; ".join(
+        f"{k} {v:.0f}" for k, v in REFERENCE.items()))  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rep, indent=2) + "\n")
     print(f"wrote {args.out}")
