@@ -343,9 +343,11 @@ def _points(records: Iterable[Mapping[str, Any]], key: str) -> dict[tuple[int, i
 def check(peers: Sequence[Mapping[str, Any]], board: Board = K1) -> dict[str, Any]:
     """Predicted against published for every PUBLISHED point with llama.cpp records (VLEN 256,
     its kind/arch/qtype, context or prompt as published); ``error``: max |ln(pred/pub)|
-    over the points checked (None if none could be). Every point, checked or not, carries
-    its DRAM bytes per token and the time they take at the board's bandwidth
-    (``memory_floor_ms``): a published time below it would refute the bandwidth figure."""
+    over the points checked (None if none could be); ``time_ratio_range``: the smallest and
+    largest published / predicted time, which says on which side the model errs. Every
+    point, checked or not, carries its DRAM bytes per token and the time they take at the
+    board's bandwidth (``memory_floor_ms``): a published time below it would refute the
+    bandwidth figure."""
     rows: list[dict[str, Any]] = []
     for pub in PUBLISHED:
         recs = [
@@ -388,12 +390,20 @@ def check(peers: Sequence[Mapping[str, Any]], board: Board = K1) -> dict[str, An
         rows.append({
             **row, "cycles_per_token": cycles, "how": how,
             "counted_context": int(recs[0].get("context", 0)),
-            **t, "predicted_tokens_per_s": t["tokens_per_s"],
+            **{k: v for k, v in t.items() if k != "tokens_per_s"},  # keep the published
+            "predicted_tokens_per_s": t["tokens_per_s"],
             "log_ratio": math.log(t["tokens_per_s"] / pub.tokens_per_s),
             "repack": recs[0].get("repack"),
         })  # fmt: skip
-    checked = [abs(r["log_ratio"]) for r in rows if r.get("predicted_tokens_per_s")]
-    return {"points": rows, "error": max(checked) if checked else None, "checked": len(checked)}
+    ratios = [math.exp(r["log_ratio"]) for r in rows if r.get("predicted_tokens_per_s")]
+    return {
+        "points": rows,
+        "error": max(abs(math.log(x)) for x in ratios) if ratios else None,
+        "checked": len(ratios),
+        # published time / predicted time, smallest and largest (1 = exact, > 1: the board
+        # was slower than predicted)
+        "time_ratio_range": [min(ratios), max(ratios)] if ratios else None,
+    }
 
 
 def project(
@@ -511,6 +521,9 @@ def main(argv: list[str] | None = None) -> int:
               f"memory {p['memory_ms']:.1f} ms), ln ratio {p['log_ratio']:+.2f}")  # fmt: skip
     err = chk["error"]
     print(f"model error: {'not checked' if err is None else f'x/ {math.exp(err):.2f}'}")
+    if chk["time_ratio_range"] is not None:
+        lo, hi = chk["time_ratio_range"]
+        print(f"published time / predicted time: {lo:.2f} to {hi:.2f}")
     print(f"\n{'mode':<15} {'T':>2} {'compute ms':>10} {'memory ms':>9} {'time ms':>8} "
           f"{'band ms':>15} {'tok/s':>6} {'sum ms':>7}  how")  # fmt: skip
     for p in rep["projections"]:

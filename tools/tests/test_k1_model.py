@@ -134,6 +134,8 @@ def test_check_against_published() -> None:
     assert iq4["predicted_tokens_per_s"] == pytest.approx(17.83742405)
     assert iq4["log_ratio"] == pytest.approx(math.log(17.83742405 / 7.94))
     assert chk["error"] == pytest.approx(abs(iq4["log_ratio"]))
+    assert iq4["tokens_per_s"] == 7.94  # the published figure stays in the row
+    assert chk["time_ratio_range"] == pytest.approx([17.83742405 / 7.94] * 2)
     assert all(p["predicted_tokens_per_s"] is None for p in chk["points"][1:])
     # unchecked points still state their memory floor: F16 pp128 16,192,256 B (see below)
     assert chk["points"][3]["memory_floor_ms"] == pytest.approx(1.513294953)
