@@ -340,6 +340,17 @@ def _points(records: Iterable[Mapping[str, Any]], key: str) -> dict[tuple[int, i
     return out
 
 
+def _output_type(record: Mapping[str, Any]) -> str | None:
+    """The LM head's type a llama.cpp record names: ``output_type``, or bench_peers'
+    ``model.types.output``; None if neither."""
+    model = record.get("model")
+    types = model.get("types") if isinstance(model, Mapping) else None
+    named = record.get("output_type") or (
+        types.get("output") if isinstance(types, Mapping) else None
+    )
+    return None if named is None else str(named)
+
+
 def check(peers: Sequence[Mapping[str, Any]], board: Board = K1) -> dict[str, Any]:
     """Predicted against published for every PUBLISHED point with llama.cpp records (VLEN 256,
     its kind/arch/qtype, context or prompt as published); ``error``: max |ln(pred/pub)|
@@ -363,7 +374,7 @@ def check(peers: Sequence[Mapping[str, Any]], board: Board = K1) -> dict[str, An
             nearest = min({int(r["context"]) for r in recs}, key=lambda c: abs(c - pub.context))
             recs = [r for r in recs if int(r["context"]) == nearest]
         shape = SHAPES[pub.arch]
-        types = llama_types(pub.qtype, recs[0].get("output_type") if recs else None)
+        types = llama_types(pub.qtype, _output_type(recs[0]) if recs else None)
         nbytes = token_bytes(shape, types, layers=shape.layers, vocab=shape.vocab,
                              context=pub.context, prompt=pub.prompt_tokens)  # fmt: skip
         row: dict[str, Any] = {

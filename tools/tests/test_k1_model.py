@@ -151,6 +151,11 @@ def test_check_prefill_matches_prompt_length() -> None:
     ]
     f16 = next(p for p in k1_model.check(peers)["points"] if p["qtype"] == "f16")
     assert f16["how"] == "measured vocabulary"
+    # a record naming a Q8_0 head: 32000 x 2048 x 34/32 / 128 = 544,000 B instead of F16's
+    # 1,024,000
+    peers[0]["model"] = {"types": {"output": "q8_0"}}
+    q8_head = next(p for p in k1_model.check(peers)["points"] if p["qtype"] == "f16")
+    assert q8_head["bytes_per_token"] == 16_192_256 - 1_024_000 + 544_000
     # 4e6 + 21 x 2e6 = 46e6 cycles / 12.8e9 = 3.59375 ms; bytes 16,192,256 / 10.7e9 =
     # 1.51329 ms -> compute-bound, 278.26 tokens/s.
     assert f16["cycles_per_token"] == 46e6
