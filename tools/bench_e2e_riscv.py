@@ -54,10 +54,18 @@ one line on it.
 
 Writes ``build/bench/e2e_riscv.json`` (``--quick``: ``build/bench/e2e_riscv_quick.json``,
 a smoke check of the harness on a 1-layer, narrow model at VLEN 256): a list of records
-``{"mode", "vlen", "insns_per_token", "est_cycles_per_token", "ratio_vs_torch_native",
-"cycle_ratio_vs_torch_native", "git", "date_utc", ...}`` (ratios: torch-native's per-token
-count over the mode's; ``git``, ``date_utc``: the checkout and when the run started).
-At most two QEMU processes run at once (``--jobs``); each run is bounded by ``--timeout``.
+``{"mode", "vlen", "layers", "vocab", "context", "insns_per_token", "est_cycles_per_token",
+"ratio_vs_torch_native", "cycle_ratio_vs_torch_native", "git", "date_utc", ...}`` (ratios:
+torch-native's per-token count over the mode's; ``git``, ``date_utc``: the checkout and when
+the run started). At most two QEMU processes run at once (``--jobs``); each run is bounded by
+``--timeout``.
+
+``--projection`` (the inputs of tools/k1_model.py): the modes ``rvv`` and ``rvv-w8a8`` (no
+torch-native, no ratios) at VLEN 256 (or the ``--vlen`` given) with the Qwen2.5-1.5B layers
+at PROJECTION_SHAPES - 1 and 2 layers with vocabulary 4096, 1 layer with vocabulary 16384 -
+so a token's count splits into a per-layer, a per-vocabulary-row and a fixed part - and 1
+layer with the real vocabulary (151,936), which checks the per-row part's extrapolation.
+Writes ``build/bench/e2e_riscv_projection.json``, records as above (``"projection": true``).
 """
 
 from __future__ import annotations
@@ -99,6 +107,11 @@ DETERMINISM = 0.01
 # Targets at VLEN 256 (issue 7), reported, not asserted.
 TARGETS = {"rvv": 15.0, "rvv-w8a8": 20.0}
 FULL_SHAPE: dict[str, int] = {}  # the guest's defaults: Qwen2.5-1.5B layers, 2 layers
+# --projection: (layers, vocab) pairs; the rest of the shape is the guest's default.
+PROJECTION_SHAPES = ((1, 4096), (2, 4096), (1, 16384), (1, 151936))
+PROJECTION_MODES = ("rvv", "rvv-w8a8")
+# The guest's defaults (tools/guest/decode_step.py), for the records.
+GUEST_DEFAULTS = {"layers": 2, "vocab": 4096, "context": 512}
 QUICK_SHAPE = {
     "layers": 1,
     "hidden": 256,
@@ -121,17 +134,27 @@ def say(msg: str) -> None:
 @dataclass(frozen=True)
 class Run:
     """One guest process: `mode` decoding `tokens` tokens at `vlen` (`rep`: the how-manieth
-    identical run, for the determinism check)."""
+    identical run, for the determinism check; `layers`, `vocab`: overrides of the shape's,
+    0 = the shape's own)."""
 
     mode: str
     vlen: int
     tokens: int
     rep: int = 0
+    layers: int = 0
+    vocab: int = 0
 
     def __str__(self) -> str:
-        return f"{self.mode} VLEN {self.vlen} x{self.tokens}" + (
+        size = f" L{self.layers}" if self.layers else ""
+        size += f" V{self.vocab}" if self.vocab else ""
+        return f"{self.mode} VLEN {self.vlen}{size} x{self.tokens}" + (
             f" (repeat {self.rep})" if self.rep else ""
         )
+
+    def shape(self, base: dict[str, int]) -> dict[str, int]:
+        """`base` with this run's overrides."""
+        over = {"layers": self.layers, "vocab": self.vocab}
+        return {**base, **{k: v for k, v in over.items() if v}}
 
 
 def make_venv(venv: Path, wheels: list[Path]) -> Path:
@@ -157,14 +180,14 @@ def run_guest(
     JSON result, wall seconds). Raises RuntimeError when the guest fails, runs longer than
     `timeout` seconds (then killed) or did not mark every token.
     """
-    tag = f"{run.mode}-{run.vlen}-{run.tokens}-{run.rep}"
+    tag = f"{run.mode}-{run.vlen}-{run.tokens}-{run.rep}-{run.layers}-{run.vocab}"
     counts_file, result_file = work / f"{tag}.count", work / f"{tag}.json"
     cmd = [
         *rvvtools.qemu_cmd(run.vlen, qemu="7", sysroot=rvvtools.riscv_root(),
                            plugin_out=counts_file),
         str(python), str(GUEST), "--mode", run.mode, "--tokens", str(run.tokens),
         "--out", str(result_file),
-        *(arg for key, value in shape.items() for arg in (f"--{key}", str(value))),
+        *(arg for key, value in run.shape(shape).items() for arg in (f"--{key}", str(value))),
     ]  # fmt: skip
     env = {**rvvtools.guest_env(), "OMP_NUM_THREADS": "1"}
     say(f"[{run}] start: {shlex.join(cmd[-(len(cmd) - cmd.index(str(GUEST))) :])}")
@@ -210,6 +233,96 @@ def agreement(tokens: list[int], reference: list[int]) -> str:
     return f"{same}/{len(reference)}{where}"
 
 
+def prepare() -> list[Path]:
+    """Provisions the toolchain, QEMUs and root; cross-builds the riscv64 wheels."""
+    say("[host] provisioning (clang-16, QEMU 7.2 + insncount plugin, QEMU 10, riscv64 root)")
+    rvvtools.provision(["toolchain", "qemu7", "plugin", "qemu10", "root"])
+    wheel_dir = REPO / "build" / "bench-e2e" / "wheels"
+    say("[host] cross-building the riscv64 wheels (rvv-ops, rvv-kernels, rvv-attention)")
+    wheels = [build_wheel(wheel_dir), build_kernels_wheel(wheel_dir)]
+    wheels.append(build_attention_wheel(wheel_dir))
+    return wheels
+
+
+def counts_record(marks: dict[int, dict[str, int]], lo: int, hi: int, vlen: int) -> dict[str, Any]:
+    """Per-token fields of a record from one run's marks: the counts between the marks after
+    tokens `lo` and `hi`, divided by ``hi - lo`` (raises if not positive)."""
+    pt = {k: (marks[hi][k] - marks[lo][k]) / (hi - lo) for k in COUNT_KEYS}
+    if pt["total"] <= 0:
+        raise RuntimeError(f"VLEN {vlen}: {pt['total']} instructions per token")
+    return {
+        "insns_per_token": round(pt["total"]),
+        "est_cycles_per_token": round(rvvtools.est_cycles(pt, vlen)),
+        "scalar_per_token": round(pt["scalar"]),
+        "vector_per_token": round(pt["vector"]),
+        "vsetvl_per_token": round(pt["vsetvl"]),
+        "vmem_per_token": round(pt["vmem"]),
+        "emul_per_token": {k: round(pt[k]) for k in rvvtools.EMUL_BUCKETS},
+        "vtype_unknown_per_token": round(pt["vtype_unknown"]),
+    }
+
+
+def projection(args: argparse.Namespace, lo: int, hi: int, out: Path) -> int:
+    """``--projection``: PROJECTION_MODES x PROJECTION_SHAPES at the VLENs asked for (default
+    256), one run each; writes their records to `out` after every run."""
+    vlens: list[int] = args.vlen or [256]
+    modes = [m for m in (args.mode or PROJECTION_MODES) if m != NATIVE]
+    timeout = args.timeout or 3600.0
+    jobs = max(1, min(args.jobs, 2))
+    t_start = time.monotonic()
+    run_facts = rvvtools.run_stamp()
+    wheels = prepare()
+    runs = [
+        Run(mode, vlen, hi, layers=layers, vocab=vocab)
+        for vlen in vlens
+        for mode in modes
+        for layers, vocab in PROJECTION_SHAPES
+    ]
+    records: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
+        work = Path(tmp)
+        say("[host] creating the guest venv (root Python 3.13 + torch 2.6 + the wheels)")
+        python = make_venv(work / "venv", wheels)
+        say(f"[host] {len(runs)} guest runs, {jobs} at a time, timeout {timeout:.0f} s each")
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {
+                pool.submit(run_guest, python, r, FULL_SHAPE, work, timeout): r for r in runs
+            }
+            for future in concurrent.futures.as_completed(futures):
+                run = futures[future]
+                marks, result, _ = future.result()
+                shape = {**GUEST_DEFAULTS, **run.shape(FULL_SHAPE)}
+                records.append(
+                    {
+                        "mode": run.mode,
+                        "vlen": run.vlen,
+                        "layers": shape["layers"],
+                        "vocab": shape["vocab"],
+                        "context": shape["context"],
+                        **counts_record(marks, lo, hi, run.vlen),
+                        "tokens": result["tokens"],
+                        "decoded": [lo, hi],
+                        "shape": "Qwen2.5-1.5B layers",
+                        "projection": True,
+                        "bench_wall_s": round(time.monotonic() - t_start),
+                        **run_facts,
+                    }
+                )
+                records.sort(key=lambda r: (r["vlen"], r["mode"], r["layers"], r["vocab"]))
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps(records, indent=2) + "\n")
+                say(f"[host] {len(records)}/{len(runs)} runs finished ({run}): {out} updated")
+    say(f"\n{'mode':<10} {'VLEN':>5} {'layers':>6} {'vocab':>6} {'insns/token':>14} "
+        f"{'est cycles/token':>17}")  # fmt: skip
+    for r in records:
+        say(
+            f"{r['mode']:<10} {r['vlen']:>5} {r['layers']:>6} {r['vocab']:>6} "
+            f"{r['insns_per_token']:>14,} {r['est_cycles_per_token']:>17,}"
+        )
+    say(f"wrote {out} ({time.monotonic() - t_start:.0f} s in all)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="harness smoke check (CI)")
@@ -222,7 +335,14 @@ def main(argv: list[str] | None = None) -> int:
         "--native-all-vlens", action="store_true", help="count torch-native at every VLEN"
     )
     parser.add_argument("--out", type=Path, help="JSON output")
+    parser.add_argument(
+        "--projection",
+        action="store_true",
+        help="rvv and rvv-w8a8 at 1/2 layers and two vocabularies (tools/k1_model.py's input)",
+    )
     args = parser.parse_args(argv)
+    if args.projection and args.quick:
+        parser.error("--projection and --quick exclude each other")
     vlens: list[int] = args.vlen or ([256] if args.quick else [256, 128, 512])
     modes: list[str] = args.mode or list(MODES)
     if NATIVE not in modes:
@@ -230,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     lo, hi = args.tokens or ((1, 3) if args.quick else (2, 6))
     if not 0 <= lo < hi:
         parser.error("--tokens LO HI needs 0 <= LO < HI")
+    if args.projection:
+        return projection(
+            args, lo, hi, args.out or REPO / "build" / "bench" / "e2e_riscv_projection.json"
+        )
     shape = QUICK_SHAPE if args.quick else FULL_SHAPE
     timeout = args.timeout or (900.0 if args.quick else 3600.0)
     jobs = max(1, min(args.jobs, 2))
@@ -239,12 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     run_facts = rvvtools.run_stamp()
 
-    say("[host] provisioning (clang-16, QEMU 7.2 + insncount plugin, QEMU 10, riscv64 root)")
-    rvvtools.provision(["toolchain", "qemu7", "plugin", "qemu10", "root"])
-    wheel_dir = REPO / "build" / "bench-e2e" / "wheels"
-    say("[host] cross-building the riscv64 wheels (rvv-ops, rvv-kernels, rvv-attention)")
-    wheels = [build_wheel(wheel_dir), build_kernels_wheel(wheel_dir)]
-    wheels.append(build_attention_wheel(wheel_dir))
+    wheels = prepare()
 
     reps = 2 if args.quick else 1
     runs = [
@@ -303,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
                     "vsetvl_per_token": round(pt["vsetvl"]),
                     "emul_per_token": {k: round(pt[k]) for k in rvvtools.EMUL_BUCKETS},
                     "vtype_unknown_per_token": round(pt["vtype_unknown"]),
+                    "layers": {**GUEST_DEFAULTS, **shape}["layers"],
+                    "vocab": {**GUEST_DEFAULTS, **shape}["vocab"],
+                    "context": {**GUEST_DEFAULTS, **shape}["context"],
                     "counted_at_vlen": run.vlen,
                     "tokens": results[run]["tokens"],
                     "tokens_agree_with_torch_native": agreement(
