@@ -1,0 +1,1 @@
+"""llama.cpp side by side (issue 37)."""
