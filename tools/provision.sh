@@ -20,7 +20,10 @@
 #              tools/install-riscv64.sh apt-installs on a board) at $CACHE/riscv64-sglang-root
 #   sanitizers the sanitizer runtimes of `nox -s sanitize`: GCC 12's libasan and libubsan, g++
 #                                                                              (needs root)
-#   all        all of the above except sglang-root
+#   peers      what `nox -s bench-peers` builds llama.cpp with: clang-19 and lld-19 (ggml's RVV
+#              code needs clang >= 19), g++ for the native driver (implies toolchain, whose
+#              GNU as assembles ggml's inline assembly)                         (needs root)
+#   all        all of the above except sglang-root and peers
 #
 # CACHE is ${RVV_SGLANG_CACHE:-$HOME/.cache/rvv-sglang}. Each component writes a stamp file
 # $CACHE/stamps/COMPONENT.stamp recording what it installed; a rerun checks the stamp (and, for
@@ -53,6 +56,8 @@ TOOLCHAIN_PKGS=(clang-16 lld-16 llvm-16 g++-riscv64-linux-gnu libc6-dev-riscv64-
 QEMU7_PKGS=(qemu-user)
 # The native sanitizer builds are GCC's (the riscv64 one is UBSan in trap mode: no runtime).
 SANITIZER_PKGS=(g++ libasan8 libubsan1)
+# llama.cpp as a benchmark peer (tools/peers): clang-19 compiles ggml's RVV intrinsics.
+PEERS_PKGS=(clang-19 lld-19 g++)
 PLUGIN_PKGS=(gcc libc6-dev libglib2.0-dev pkg-config xz-utils)
 # libopenblas0: recommended by libtorch2.6 (what a board user's apt install brings); without it
 # apt settles for the reference BLAS.
@@ -270,6 +275,34 @@ ensure_sanitizers() {
         echo "summary: $(g++ --version | head -n 1), $(g++ -print-file-name=libasan.so)"
         host_versions "${SANITIZER_PKGS[@]}"
     } | stamp_write sanitizers "$key"
+}
+
+ensure_peers() {
+    ensure toolchain
+    local key missing
+    key=$(printf '%s\n' "${PEERS_PKGS[@]}" | sha)
+    missing=$(host_missing "${PEERS_PKGS[@]}")
+    if [ -z "$missing" ] && stamp_ok peers "$key"; then
+        present peers
+        return 0
+    fi
+    log "peers: checking the Debian packages"
+    host_install "${PEERS_PKGS[@]}"
+    # smoke test: clang-19 compiles RVV intrinsics for riscv64 Linux and hands the assembly to
+    # GNU as (what tools/peers/build.py does for ggml's C code)
+    local tmp; tmp=$(mktemp -d)
+    cat >"$tmp/t.c" <<'EOF'
+#include <riscv_vector.h>
+#include <stddef.h>
+size_t vl16(size_t n) { return __riscv_vsetvl_e16m1(n); }
+EOF
+    logged peers-smoke clang-19 --target=riscv64-linux-gnu -march=rv64gcv -O2 \
+        -fno-integrated-as -c "$tmp/t.c" -o "$tmp/t.o"
+    rm -rf "$tmp"
+    {
+        echo "summary: $(clang-19 --version | head -n 1)"
+        host_versions "${PEERS_PKGS[@]}"
+    } | stamp_write peers "$key"
 }
 
 ensure_qemu7() {
@@ -511,9 +544,9 @@ main() {
     for c in "$@"; do
         case "$c" in
             all) COMPONENTS+=(toolchain qemu7 qemu10 plugin root sanitizers) ;;
-            toolchain | qemu7 | qemu10 | plugin | root | sglang-root | sanitizers) COMPONENTS+=("$c") ;;
+            toolchain | qemu7 | qemu10 | plugin | root | sglang-root | sanitizers | peers) COMPONENTS+=("$c") ;;
             -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
-            *) die "unknown component '$c' (known: toolchain qemu7 qemu10 plugin root sglang-root sanitizers all)" ;;
+            *) die "unknown component '$c' (known: toolchain qemu7 qemu10 plugin root sglang-root sanitizers peers all)" ;;
         esac
     done
 
