@@ -181,23 +181,28 @@ int cmd_decode(const Args& a) {
             throw std::runtime_error("cannot load the state file " + state);
         }
         saved.resize(n_saved);
-        if (saved != prompt) {
+        if (saved != std::vector<llama_token>(prompt.begin(), prompt.end() - 1)) {
             throw std::runtime_error("state file " + state + " holds another prompt (" +
                                      std::to_string(n_saved) + " tokens; expected the " +
                                      std::to_string(C) + " of seed " + std::to_string(seed) + ")");
         }
         loaded = true;
     }
+    // The state file holds the KV cache of the first C - 1 prompt tokens: llama.cpp's state
+    // files keep no logits, so the last prompt token is decoded after loading (or saving) it.
     if (!loaded) {
-        for (int i = 0; i < C; i += B) {
-            std::vector<llama_token> chunk(prompt.begin() + i, prompt.begin() + std::min(C, i + B));
+        for (int i = 0; i < C - 1; i += B) {
+            std::vector<llama_token> chunk(prompt.begin() + i,
+                                           prompt.begin() + std::min(C - 1, i + B));
             m.decode(chunk, "prompt");
         }
         if (!state.empty() &&
-            !llama_state_save_file(m.ctx, state.c_str(), prompt.data(), prompt.size())) {
+            !llama_state_save_file(m.ctx, state.c_str(), prompt.data(), prompt.size() - 1)) {
             throw std::runtime_error("cannot save the state file " + state);
         }
     }
+    std::vector<llama_token> last{prompt.back()};
+    m.decode(last, "prompt");
     int next = m.last_argmax();
     std::vector<int> out;
     mark(0);
