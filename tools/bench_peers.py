@@ -53,15 +53,16 @@ Writes ``build/bench/peers.json`` (``--quick``: ``peers_quick.json``; ``--projec
      "layers", "vocab", "context", "insns_per_token", "est_cycles_per_token",
      "counts": {plugin key: per token}, "weight_bytes_per_token", "model": {...},
      "tokens", "tokens_agree_with_native", "decoded": [lo, hi], "prompt_tokens",
-     "set", "projection", "quick", "runs_agreeing", "source", "build_flags", "march",
+     "set", "projection", "quick", "runs_agreeing", "source", "build_flags",
      "note", "run_wall_s", "git", "date_utc"}
 
-``model`` is :func:`peers.gguf_models.write`'s description (types per tensor role, bytes per
-layer, LM head and embedding row); ``weight_bytes_per_token`` is the weight bytes a decoded
-token reads. Prefill records count per prompt token (``prompt_tokens``; ``context`` is the
-prompt length). Matvec records have ``insns_per_call``, ``est_cycles_per_call``,
-``counts`` per call, ``k``, ``n``, ``m``, ``weight_bytes_per_call``, and null ``arch``,
-``layers``, ``vocab``, ``context``.
+``build_flags``: :func:`peers.build.build_info` of the riscv64 build (compile flags,
+``-march``, cache key). ``model`` is :func:`peers.gguf_models.write`'s description (types per
+tensor role, bytes per layer, LM head and embedding row); ``weight_bytes_per_token`` is the
+weight bytes a decoded token reads. Prefill records count per prompt token (``prompt_tokens``;
+``context`` is the prompt length). Matvec records have ``insns_per_call``,
+``est_cycles_per_call``, ``counts`` per call, ``k``, ``n``, ``m``, ``weight_bytes_per_call``,
+and null ``arch``, ``layers``, ``vocab``, ``context``.
 """
 
 from __future__ import annotations
@@ -119,6 +120,9 @@ BF16_NOTE = (
     "ggml's RVV bf16 dot product needs Zvfbfwma (not in this build's -march, not in QEMU "
     "7.2): these are ggml's scalar bf16 paths"
 )
+
+# peers.build.build_info's keys that are not about how llama.cpp was compiled.
+DROP_BUILD_KEYS = ("seconds", "source", "target")
 
 _print_lock = threading.Lock()
 
@@ -433,8 +437,7 @@ def main(argv: list[str] | None = None) -> int:
             "quick": args.quick,
             "runs_agreeing": reps,
             "source": build.get("source", peers_build.source_label()),
-            "build_flags": build.get("flags"),
-            "march": build.get("march"),
+            "build_flags": {k: v for k, v in build.items() if k not in DROP_BUILD_KEYS},
             "note": BF16_NOTE if case.qtype == "bf16" else None,
             "run_wall_s": round(seconds),
             "bench_wall_s": round(time.monotonic() - t_start),

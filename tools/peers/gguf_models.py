@@ -45,7 +45,6 @@ byte tokens and fillers ``\u2581t<i>``. Benchmarks feed token ids, never text.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -383,7 +382,7 @@ def write(
         "vocab": n_vocab,
         "context": n_ctx,
         "seed": seed,
-        "dims": {k: v for k, v in dataclasses.asdict(a).items() if isinstance(v, int | float)},
+        "dims": {k: getattr(a, k) for k in ("hidden", "heads", "kv_heads", "head_dim", "ffn")},
         "types": {
             "layers": qtype,
             "token_embd": embd_name,
