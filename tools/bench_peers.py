@@ -22,13 +22,21 @@ Sets (``--set``, default all; ``--projection`` = ``--set projection``):
 * ``matvec``: ggml's matrix-vector product alone (``driver matvec``), K = 1536 -> N = 8960,
   M = 1, in F16, Q8_0, Q4_0, IQ4_NL and Q3_K at the same VLENs, against bench-kernels'
   ``linear_*`` / ``w8a8_*`` cases;
-* ``projection``: the inputs of tools/k1_model.py at VLEN 256 (the first ``--vlen``):
-  Qwen2.5-1.5B decode at PROJECTION_SHAPES (1 and 2 layers with vocabulary 4096, 1 layer with
-  16384; 512 cached tokens) in F16, Q8_0, Q4_0, so a token's count splits into per-layer,
-  per-vocabulary-row and fixed parts; TinyLlama-1.1B decode at the same (layers, vocab) in
-  IQ4_NL and Q3_K from TINYLLAMA_CONTEXT cached tokens (the published figures are
-  llama-bench ``tg`` runs from an empty cache), and TinyLlama F16 prompt processing of
-  PREFILL_TOKENS tokens at 1 and 2 layers (the published ``pp`` figure).
+* ``projection``: the inputs of tools/k1_model.py at VLEN 256 (the first ``--vlen``), so a
+  token's count splits into per-layer, per-vocabulary-row and fixed parts: Qwen2.5-1.5B
+  decode from 512 cached tokens at PROJECTION_SHAPES (1 and 2 layers with vocabulary 4096,
+  1 layer with 16384) and at its real vocabulary (1 layer, 151,936) in F16, Q8_0, Q4_0;
+  TinyLlama-1.1B - the model of the published BPI-F3 figures the K1 model is checked
+  against - decode from TINYLLAMA_CONTEXT cached tokens at the same shapes and its real
+  vocabulary (1 layer, 32,000) in IQ4_NL and Q3_K, and prompt processing at 1 and 2 layers
+  (PREFILLS: F16 of 128 tokens, IQ4_NL of 32, the published prompt lengths).
+
+Repacking. The driver loads models with llama.cpp's defaults, so ggml-cpu repacks weights
+into its interleaved layouts where it has one for the type and the machine: in this
+llama.cpp, RVV layouts (16 rows x 1) exist for Q4_0, Q8_0 and IQ4_NL (and Q4_K, Q2_K) at
+VLEN 256 only (with Zvfh). Decode at VLEN 256 in those types runs the repacked GEMV; at VLEN
+128 and 512, and in F16, Q3_K and the Q6_K head, ggml's vec-dot kernels. Records say which
+(``repack``). The matvec driver mode builds its own graph on plain CPU buffers: vec dot.
 
 Prompts. A decode run needs its prompt's KV cache. Emulating the prefill would cost more
 than the decode itself, so the native driver (same source, x86-64) fills the cache once per
@@ -54,7 +62,7 @@ Writes ``build/bench/peers.json`` (``--quick``: ``peers_quick.json``; ``--projec
      "counts": {plugin key: per token}, "weight_bytes_per_token", "model": {...},
      "tokens", "tokens_agree_with_native", "decoded": [lo, hi], "prompt_tokens",
      "set", "projection", "quick", "runs_agreeing", "source", "build_flags",
-     "note", "run_wall_s", "git", "date_utc"}
+     "repack", "note", "run_wall_s", "git", "date_utc"}
 
 ``build_flags``: :func:`peers.build.build_info` of the riscv64 build (compile flags,
 ``-march``, cache key). ``model`` is :func:`peers.gguf_models.write`'s description (types per
@@ -108,9 +116,15 @@ MATVEC_REPS = 3
 PROJECTION_SHAPES = ((1, 4096), (2, 4096), (1, 16384))
 PROJECTION_QWEN_TYPES = ("f16", "q8_0", "q4_0")
 PROJECTION_TINYLLAMA_TYPES = ("iq4_nl", "q3_k")
-TINYLLAMA_CONTEXT = 64  # the middle of a tg128 run from an empty cache
-PREFILL_TOKENS = 128
+# The published TinyLlama decode figures generate after a 32-token prompt (llama.cpp PR 18859).
+TINYLLAMA_CONTEXT = 32
+# TinyLlama prompt processing: (type, prompt tokens) of the published figures.
+PREFILLS = (("f16", 128), ("iq4_nl", 32))
 PREFILL_LAYERS = (1, 2)
+PREFILL_VOCAB = 4096  # the LM head runs for the last prompt token only
+# Types ggml-cpu repacks for RVV (repack.cpp: 16x1 layouts, VLEN 256 with Zvfh only).
+REPACKED_TYPES = ("q4_0", "q8_0", "iq4_nl")
+REPACK_VLENS = (256,)
 # --quick: a narrow Qwen2-shaped model (rows of 256 values fit every block size).
 QUICK_ARCH = dataclasses.replace(
     gguf_models.ARCHS["qwen2-1.5b"], name="qwen2-quick", hidden=256, heads=2, kv_heads=1,
@@ -246,20 +260,22 @@ def plan(args: argparse.Namespace, vlens: list[int]) -> list[Case]:
     if "matvec" in sets:
         cases += [dataclasses.replace(MATVEC, qtype=t) for t in (args.type or MATVEC_TYPES)]
     if "projection" in sets:
-        ctx = MAIN.context
-        for layers, vocab in PROJECTION_SHAPES:
-            cases += [
-                Case("decode", t, "qwen2-1.5b", layers, vocab, ctx, set="projection")
-                for t in PROJECTION_QWEN_TYPES
-            ]
-            cases += [
-                Case("decode", t, "tinyllama-1.1b", layers, vocab, TINYLLAMA_CONTEXT,
-                     set="projection")
-                for t in PROJECTION_TINYLLAMA_TYPES
-            ]  # fmt: skip
+        qwen = (*PROJECTION_SHAPES, (1, gguf_models.ARCHS["qwen2-1.5b"].vocab))
+        tiny = (*PROJECTION_SHAPES, (1, gguf_models.ARCHS["tinyllama-1.1b"].vocab))
         cases += [
-            Case("prefill", "f16", "tinyllama-1.1b", layers, 4096, PREFILL_TOKENS,
-                 prompt=PREFILL_TOKENS, set="projection")
+            Case("decode", t, "qwen2-1.5b", layers, vocab, MAIN.context, set="projection")
+            for layers, vocab in qwen
+            for t in PROJECTION_QWEN_TYPES
+        ]
+        cases += [
+            Case("decode", t, "tinyllama-1.1b", layers, vocab, TINYLLAMA_CONTEXT, set="projection")
+            for layers, vocab in tiny
+            for t in PROJECTION_TINYLLAMA_TYPES
+        ]
+        cases += [
+            Case("prefill", t, "tinyllama-1.1b", layers, PREFILL_VOCAB, prompt, prompt=prompt,
+                 set="projection")
+            for t, prompt in PREFILLS
             for layers in PREFILL_LAYERS
         ]  # fmt: skip
     # A projection case the main set runs already (same shape and type) is measured once.
@@ -438,6 +454,9 @@ def main(argv: list[str] | None = None) -> int:
             "runs_agreeing": reps,
             "source": build.get("source", peers_build.source_label()),
             "build_flags": {k: v for k, v in build.items() if k not in DROP_BUILD_KEYS},
+            "repack": case.kind != "matvec"
+            and case.qtype in REPACKED_TYPES
+            and vlen in REPACK_VLENS,
             "note": BF16_NOTE if case.qtype == "bf16" else None,
             "run_wall_s": round(seconds),
             "bench_wall_s": round(time.monotonic() - t_start),
