@@ -52,14 +52,15 @@ the prompt, divided by its tokens; matvec: between the mark after the warm-up pr
 the one after MATVEC_REPS more, divided by MATVEC_REPS. Estimated cycles: the same DLEN-128
 model (``rvvtools.est_cycles``). ``--quick`` (a harness smoke check: a small Qwen2-shaped
 model at VLEN 256, Q4_0 and F16 decode and a Q4_0 matvec) runs everything twice and requires
-positive per-token counts that agree within DETERMINISM and every token decoded.
+positive per-token counts that agree within DETERMINISM and every token decoded; every run
+must retire vector instructions.
 
 Writes ``build/bench/peers.json`` (``--quick``: ``peers_quick.json``; ``--projection``:
 ``peers_projection.json``), rewritten after every finished case, a list of records::
 
     {"peer": "llama.cpp", "kind": "decode" | "prefill" | "matvec", "arch", "qtype", "vlen",
      "layers", "vocab", "context", "insns_per_token", "est_cycles_per_token",
-     "counts": {plugin key: per token}, "weight_bytes_per_token", "model": {...},
+     "counts": {plugin key: per token}, "weight_bytes_per_token", "output_type", "model",
      "tokens", "tokens_agree_with_native", "decoded": [lo, hi], "prompt_tokens",
      "set", "projection", "quick", "runs_agreeing", "source", "build_flags",
      "repack", "note", "run_wall_s", "git", "date_utc"}
@@ -403,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"not positive or differ by more than {DETERMINISM:.1%}"
             )
         pt = got[0]
+        if pt["vector"] <= 0:
+            raise RuntimeError(f"{case} VLEN {vlen}: no vector instruction retired (an RVV build?)")
         _, result, seconds = done_runs[Run(case, vlen, 0)]
         cycles = rvvtools.est_cycles(pt, vlen)
         rec: dict[str, Any] = {
@@ -432,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
                 "est_cycles_per_token": round(cycles),
                 "counts": {k: round(v) for k, v in pt.items()},
                 "weight_bytes_per_token": model["weight_bytes_per_token"],
+                "output_type": model["types"]["output"],
                 "model": model,
             }
             if case.kind == "decode":
