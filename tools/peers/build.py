@@ -18,9 +18,11 @@ only the ``llama`` and ``ggml`` libraries, then ``driver``) and returns the driv
   GGUF files.
 
 No OpenMP (one thread), no curl, no GPU backend, static libraries. Builds are cached under
-``cache_dir() / "build" / "<target>-<key>"``; the key hashes the sdist's sha256, the CMake
-arguments, the compile flags, driver.cpp and the assembler wrapper, so a change of any of
-them builds afresh.
+``cache_dir() / "build" / "<target>-<libs_key>"`` (:func:`libs_key` hashes the sdist's
+sha256, the CMake arguments and project and the assembler wrapper: a change of any of them
+builds afresh); the binary is ``driver-<build_key>`` in it (:func:`build_key` adds
+driver.cpp: a changed driver is recompiled and relinked in the same tree). A lock file per
+tree serialises concurrent builds.
 
 QEMU cannot run SpacemiT's IME matrix extension, so these builds are plain RVV (the
 ``GGML_CPU_RISCV64_SPACEMIT`` backend is off).
@@ -28,7 +30,9 @@ QEMU cannot run SpacemiT's IME matrix extension, so these builds are plain RVV (
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import importlib
 import json
 import os
 import shutil
@@ -50,13 +54,17 @@ __all__ = [
     "Target",
     "as_wrapper",
     "build",
+    "build_dir",
     "build_flags",
+    "build_info",
     "build_key",
     "check_sha256",
     "cmake_args",
     "ensure_source",
+    "libs_key",
     "selftest",
     "source_label",
+    "write_tiny_gguf",
 ]
 
 Target = Literal["riscv64", "native"]
@@ -67,6 +75,9 @@ SDIST_VERSION = "0.3.36"
 SDIST_FILE = f"llama_cpp_python-{SDIST_VERSION}.tar.gz"
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 """sha256 of the ``llama-cpp-python`` 0.3.36 sdist on PyPI."""
+
+LLAMA_CPP_COMMIT = "0c1e57098"
+"""The llama.cpp commit vendored in that sdist (its CHANGELOG.md)."""
 
 RISCV_MARCH = "rv64gcv_zfh_zvfh_zicbop_zihintpause"
 """The ISA string of the riscv64 build: what llama.cpp's CMake makes from its defaults
@@ -129,7 +140,7 @@ def source_root() -> Path:
 
 def source_label() -> str:
     """Where the llama.cpp source comes from, for benchmark records."""
-    return f"{SDIST_NAME} {SDIST_VERSION} (sdist sha256 {SDIST_SHA256[:12]})"
+    return f"{SDIST_NAME} {SDIST_VERSION} (llama.cpp {LLAMA_CPP_COMMIT})"
 
 
 def check_sha256(path: Path, expected: str = SDIST_SHA256) -> None:
@@ -151,7 +162,8 @@ def _download_sdist(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", f"{SDIST_NAME}=={SDIST_VERSION}",
-               "--no-deps", "--no-binary", ":all:", "--disable-pip-version-check", "-d", tmp]  # fmt: skip
+               "--no-deps", "--no-binary", ":all:", "--disable-pip-version-check",
+               "-d", tmp]  # fmt: skip
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         got = Path(tmp) / SDIST_FILE
         if proc.returncode != 0 or not got.is_file():
@@ -165,23 +177,29 @@ def _download_sdist(dest: Path) -> Path:
 
 def ensure_source() -> Path:
     """Download (once) the pinned ``llama-cpp-python`` sdist, check its sha256, unpack it
-    (once) and return its ``vendor/llama.cpp`` directory."""
+    (once) and return its ``vendor/llama.cpp`` directory. Concurrent callers wait on a lock
+    file."""
     root = source_root()
     done = root.parent.parent / ".unpacked"
     if done.is_file() and done.read_text().strip() == SDIST_SHA256:
         return root
-    tarball = sdist_dir() / SDIST_FILE
-    if not tarball.is_file():
-        _download_sdist(sdist_dir())
-    check_sha256(tarball)
-    unpack_to = cache_dir() / "src"
-    shutil.rmtree(root.parent.parent, ignore_errors=True)
-    unpack_to.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(tarball) as tar:
-        tar.extractall(unpack_to, filter="data")
-    if not (root / "ggml" / "src" / "ggml-cpu" / "arch" / "riscv").is_dir():
-        raise RuntimeError(f"{tarball} has no vendor/llama.cpp with ggml's RISC-V code")
-    done.write_text(SDIST_SHA256 + "\n")
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / "src.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.is_file() and done.read_text().strip() == SDIST_SHA256:
+            return root
+        tarball = sdist_dir() / SDIST_FILE
+        if not tarball.is_file():
+            _download_sdist(sdist_dir())
+        check_sha256(tarball)
+        unpack_to = cache_dir() / "src"
+        shutil.rmtree(root.parent.parent, ignore_errors=True)
+        unpack_to.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(tarball) as tar:
+            tar.extractall(unpack_to, filter="data")
+        if not (root / "ggml" / "src" / "ggml-cpu" / "arch" / "riscv").is_dir():
+            raise RuntimeError(f"{tarball} has no vendor/llama.cpp with ggml's RISC-V code")
+        done.write_text(SDIST_SHA256 + "\n")
     return root
 
 
@@ -248,31 +266,41 @@ def cmake_args(target: Target, src: Path, build_dir: Path) -> list[str]:
     ]
 
 
-def as_wrapper() -> str:
-    """The text of the assembler wrapper of the riscv64 build."""
-    return _AS_WRAPPER.format(gnu_as=GNU_AS)
+def as_wrapper(gnu_as: str = GNU_AS) -> str:
+    """The text of the assembler wrapper of the riscv64 build, running ``gnu_as``."""
+    return _AS_WRAPPER.format(gnu_as=gnu_as)
 
 
-def build_key(target: Target) -> str:
-    """The cache key of ``target``'s build: sdist, CMake arguments, flags, driver, wrapper."""
-    _check_target(target)
+def _hash(*parts: str) -> str:
     h = hashlib.sha256()
-    for part in (
-        SDIST_SHA256,
-        target,
-        json.dumps(cmake_args(target, Path("SRC"), Path("BUILD"))),
-        _CMAKELISTS,
-        as_wrapper() if target == "riscv64" else "",
-        DRIVER_SRC.read_text(),
-    ):
+    for part in parts:
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:16]
 
 
+def libs_key(target: Target) -> str:
+    """The cache key of ``target``'s llama.cpp libraries: sdist, CMake arguments and
+    project, assembler wrapper (not the driver: a changed driver relinks in the same tree)."""
+    _check_target(target)
+    return _hash(
+        SDIST_SHA256,
+        target,
+        json.dumps(cmake_args(target, Path("SRC"), Path("BUILD"))),
+        _CMAKELISTS,
+        as_wrapper() if target == "riscv64" else "",
+    )
+
+
+def build_key(target: Target) -> str:
+    """The cache key of ``target``'s driver binary: :func:`libs_key` and driver.cpp."""
+    return _hash(libs_key(target), DRIVER_SRC.read_text())
+
+
 def build_dir(target: Target) -> Path:
-    """The build directory of ``target`` at the current :func:`build_key`."""
-    return cache_dir() / "build" / f"{target}-{build_key(target)}"
+    """The build tree of ``target``'s libraries (at the current :func:`libs_key`); the
+    driver binaries are ``driver-<build_key>`` in it."""
+    return cache_dir() / "build" / f"{target}-{libs_key(target)}"
 
 
 def _check_target(target: str) -> None:
@@ -282,7 +310,10 @@ def _check_target(target: str) -> None:
 
 def _tools_missing(target: Target) -> list[str]:
     need = ["cmake", "ninja"]
-    need += ["clang-19", "clang++-19", "ld.lld-19", GNU_AS, "riscv64-linux-gnu-ar"] if target == "riscv64" else ["gcc", "g++"]  # fmt: skip
+    if target == "riscv64":
+        need += ["clang-19", "clang++-19", "ld.lld-19", GNU_AS, "riscv64-linux-gnu-ar"]
+    else:
+        need += ["gcc", "g++"]
     return [t for t in need if shutil.which(t) is None]
 
 
@@ -299,51 +330,189 @@ def _run(cmd: list[str], log: Path, cwd: Path) -> None:
 
 def build(target: Target) -> Path:
     """Build (once per :func:`build_key`) and return the driver binary for ``target``
-    (``"riscv64"`` or ``"native"``). Raises ``RuntimeError`` with the build log's tail."""
+    (``"riscv64"`` or ``"native"``). Concurrent callers (other sessions, other checkouts)
+    wait on a lock file and reuse the finished build. Raises ``RuntimeError`` with the build
+    log's tail."""
     _check_target(target)
     missing = _tools_missing(target)
     if missing:
         raise RuntimeError(f"missing build tools {missing}: run 'sudo tools/provision.sh peers'")
     bdir = build_dir(target)
-    binary = bdir / "driver"
-    stamp = bdir / "build.json"
+    key = build_key(target)
+    binary, stamp = bdir / f"driver-{key}", bdir / f"driver-{key}.json"
     if binary.is_file() and stamp.is_file():
         return binary
     src = ensure_source()
-    shutil.rmtree(bdir, ignore_errors=True)
-    (bdir / "project").mkdir(parents=True)
-    (bdir / "project" / "CMakeLists.txt").write_text(
-        _CMAKELISTS.format(src=src.as_posix(), driver=DRIVER_SRC.as_posix())
-    )
-    if target == "riscv64":
-        wrapper = bdir / "as-wrapper" / "as"
-        wrapper.parent.mkdir()
-        wrapper.write_text(as_wrapper())
-        wrapper.chmod(0o755)
-    log = bdir / "build.log"
+    bdir.parent.mkdir(parents=True, exist_ok=True)
+    with open(bdir.parent / f"{bdir.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (binary.is_file() and stamp.is_file()):
+            _build_locked(target, src, bdir, key)
+    return binary
+
+
+def _build_locked(target: Target, src: Path, bdir: Path, key: str) -> None:
+    project, cmake_build = bdir / "project", bdir / "cmake"
+    configured = bdir / "configured"
     t0 = time.monotonic()
-    cmake_build = bdir / "cmake"
-    _run(["cmake", "-S", str(bdir / "project"), "-B", str(cmake_build),
-          *cmake_args(target, src, bdir)], log, bdir)  # fmt: skip
+    log = bdir / "build.log"
+    if not configured.is_file():
+        shutil.rmtree(bdir, ignore_errors=True)
+        project.mkdir(parents=True)
+        (project / "CMakeLists.txt").write_text(
+            _CMAKELISTS.format(src=src.as_posix(), driver=(project / "driver.cpp").as_posix())
+        )
+        if target == "riscv64":
+            wrapper = bdir / "as-wrapper" / "as"
+            wrapper.parent.mkdir()
+            wrapper.write_text(as_wrapper())
+            wrapper.chmod(0o755)
+    # the driver's source is copied (the build does not depend on the checkout it came
+    # from) with a fresh mtime, so that ninja recompiles it whatever the checkout's mtime
+    shutil.copyfile(DRIVER_SRC, project / "driver.cpp")
+    if not configured.is_file():
+        _run(["cmake", "-S", str(project), "-B", str(cmake_build),
+              *cmake_args(target, src, bdir)], log, bdir)  # fmt: skip
+        configured.write_text(libs_key(target) + "\n")
     _run(["cmake", "--build", str(cmake_build), "--target", "driver", "-j", str(JOBS)], log, bdir)
+    binary = bdir / f"driver-{key}"
     shutil.copy2(cmake_build / "driver", binary)
-    stamp.write_text(json.dumps({
-        "target": target, "key": build_key(target), "source": source_label(),
-        "cflags": build_flags(target, "c"), "cxxflags": build_flags(target, "cxx"), "march": RISCV_MARCH if target == "riscv64" else "native",
+    (bdir / f"driver-{key}.json").write_text(json.dumps({
+        "target": target, "key": key, "libs_key": libs_key(target), "source": source_label(),
+        "llama_cpp_commit": LLAMA_CPP_COMMIT, "flags": _flags_summary(target),
+        "cflags": build_flags(target, "c"), "cxxflags": build_flags(target, "cxx"),
+        "march": RISCV_MARCH if target == "riscv64" else "native",
         "seconds": round(time.monotonic() - t0, 1),
     }, indent=1) + "\n")  # fmt: skip
-    return binary
+
+
+def _flags_summary(target: Target) -> list[str]:
+    if target == "native":
+        return ["gcc", "-O3", "-march=native"]
+    return ["clang-19", "-O3", f"-march={RISCV_MARCH}", "-mabi=lp64d", "-static",
+            "GNU as 2.40 for C (Zvfh dropped from its -march)"]  # fmt: skip
 
 
 def build_info(target: Target) -> dict[str, Any]:
     """The stamp of ``target``'s build (after :func:`build`): target, key, source, flags,
     march, build seconds."""
-    info: dict[str, Any] = json.loads((build_dir(target) / "build.json").read_text())
+    stamp = build_dir(target) / f"driver-{build_key(target)}.json"
+    info: dict[str, Any] = json.loads(stamp.read_text())
     return info
 
 
-def selftest() -> dict[str, Any]:
-    """Build both drivers and check them: decoding a tiny GGUF model natively and (riscv64)
-    under QEMU 7.2 at VLEN 256 with Zvfh and the insncount plugin, and a q4_0 matvec under
-    the plugin. Raises ``AssertionError``/``RuntimeError`` on any failure; returns what it saw."""
-    raise NotImplementedError
+def write_tiny_gguf(path: Path, qtype: str = "f16", *, seed: int = 0) -> None:
+    """Write a tiny random Qwen2-architecture model (hidden 64, 2 layers, 4 q / 2 kv heads of
+    16, ffn 128, vocab 256, context 256; matrices in ``qtype`` "f16" or "q8_0", the rest f32)
+    with a minimal SentencePiece-style vocabulary, for checking the driver. Needs the
+    ``gguf`` package."""
+    import numpy as np
+
+    # gguf is a dependency of the bench-peers session only (not of lint, which type-checks
+    # this module): imported by name, it is untyped here.
+    gguf: Any = importlib.import_module("gguf")
+
+    if qtype not in ("f16", "q8_0"):
+        raise ValueError(f"qtype must be 'f16' or 'q8_0', not {qtype!r}")
+    hidden, layers, heads, kv_heads, ffn, vocab, ctx = 64, 2, 4, 2, 128, 256, 256
+    head_dim = hidden // heads
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), "qwen2")
+    w.add_context_length(ctx)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1e6)
+    w.add_tokenizer_model("llama")
+    w.add_token_list([f"<t{i}>".encode() for i in range(vocab)])
+    w.add_token_scores([0.0] * vocab)
+    w.add_token_types([1] * vocab)
+
+    def matrix(name: str, rows: int, cols: int) -> None:
+        a = rng.normal(0.0, 0.02, size=(rows, cols)).astype(np.float32)
+        if qtype == "f16":
+            w.add_tensor(name, a.astype(np.float16))
+        else:
+            q = gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0)
+            w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+
+    def vector(name: str, n: int, value: float | None = None) -> None:
+        v = np.full(n, value, np.float32) if value is not None else rng.normal(0.0, 0.02, n)
+        w.add_tensor(name, v.astype(np.float32))
+
+    w.add_tensor("token_embd.weight", rng.normal(0.0, 0.02, (vocab, hidden)).astype(np.float16))
+    for i in range(layers):
+        b = f"blk.{i}."
+        vector(b + "attn_norm.weight", hidden, 1.0)
+        matrix(b + "attn_q.weight", hidden, hidden)
+        vector(b + "attn_q.bias", hidden)
+        matrix(b + "attn_k.weight", kv_heads * head_dim, hidden)
+        vector(b + "attn_k.bias", kv_heads * head_dim)
+        matrix(b + "attn_v.weight", kv_heads * head_dim, hidden)
+        vector(b + "attn_v.bias", kv_heads * head_dim)
+        matrix(b + "attn_output.weight", hidden, hidden)
+        vector(b + "ffn_norm.weight", hidden, 1.0)
+        matrix(b + "ffn_gate.weight", ffn, hidden)
+        matrix(b + "ffn_up.weight", ffn, hidden)
+        matrix(b + "ffn_down.weight", hidden, ffn)
+    vector("output_norm.weight", hidden, 1.0)
+    matrix("output.weight", vocab, hidden)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def _driver_json(cmd: list[str], what: str) -> dict[str, Any]:
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
+
+
+def selftest(vlen: int = 256) -> dict[str, Any]:
+    """Build both drivers and check them on a tiny model (:func:`write_tiny_gguf`): the
+    native driver decodes; the riscv64 driver under QEMU 7.2 (Zvfh, ``vlen``) with the
+    insncount plugin decodes the same prompt from the native driver's state file, with marks
+    0..N in order and vector instructions counted between them; a q8_0 matvec under the
+    plugin has its R+1 marks. Raises ``AssertionError`` on a failed check, ``RuntimeError``
+    on a failed run; returns what it saw (per-token counts, the build stamps)."""
+    import rvvtools
+
+    native, riscv = build("native"), build("riscv64")
+    work = cache_dir() / "selftest"
+    work.mkdir(parents=True, exist_ok=True)
+    model = work / "tiny-f16.gguf"
+    write_tiny_gguf(model)
+    state = work / "tiny-f16.c32.state"
+    state.unlink(missing_ok=True)
+    args = ["decode", str(model), "--context", "32", "--tokens", "4", "--seed", "1"]
+    nat = _driver_json([str(native), *args, "--state", str(state)], "native decode")
+    assert nat["state"] == "saved" and len(nat["tokens"]) == 4, nat
+    assert nat["n_vocab"] == 256 and nat["n_layer"] == 2, nat
+    plug = work / f"decode-v{vlen}.insncount"
+    qemu = rvvtools.qemu_cmd(vlen, zvfh=True, qemu="7", plugin_out=plug)
+    rv = _driver_json([*qemu, str(riscv), *args, "--state", str(state)], "riscv64 decode")
+    assert rv["state"] == "loaded" and len(rv["tokens"]) == 4, rv
+    marks = rvvtools.parse_insncount_marks(plug)
+    assert [m[0] for m in marks] == [0, 1, 2, 3, 4], marks
+    per_token = {k: (marks[4][1][k] - marks[1][1][k]) / 3 for k in marks[0][1]}
+    assert per_token["vector"] > 0 and per_token["total"] > 0, per_token
+    plug_mv = work / f"matvec-v{vlen}.insncount"
+    qemu_mv = rvvtools.qemu_cmd(vlen, zvfh=True, qemu="7", plugin_out=plug_mv)
+    mv = _driver_json([*qemu_mv, str(riscv), "matvec", "--type", "q8_0", "--k", "256", "--n",
+                       "64", "--reps", "2"], "riscv64 matvec")  # fmt: skip
+    mv_marks = rvvtools.parse_insncount_marks(plug_mv)
+    assert [m[0] for m in mv_marks] == [0, 1, 2], mv_marks
+    per_call = mv_marks[2][1]["total"] - mv_marks[1][1]["total"]
+    assert per_call > 0, mv_marks
+    return {
+        "native_tokens": nat["tokens"], "riscv64_tokens": rv["tokens"],
+        "decode_per_token": per_token, "matvec_q8_0_256x64_per_call": per_call,
+        "matvec_weight_buffer": mv["weight_buffer"],
+        "builds": {t: build_info(t) for t in TARGETS},
+    }  # fmt: skip

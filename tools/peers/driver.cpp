@@ -9,6 +9,8 @@
 // Marks for the insncount plugin: mark(label) is the syscall lseek(-1, 0x696E73636E74, label),
 // which the plugin records (counts so far, with the label) and the kernel refuses with EBADF.
 // decode: mark(0) after the prompt is in the KV cache, mark(i+1) after decoded token i.
+//   --state FILE: load the KV cache of the first C - 1 prompt tokens from FILE if it exists,
+//   else compute it and save it there (so a native run can fill it for an emulated one).
 // prefill: mark(0), one llama_decode of P tokens, mark(1).
 // matvec: one warm-up product, mark(0), then R products with mark(r+1) after each.
 // Errors: a message on stderr and exit status 1 (2 for bad command lines).
@@ -95,8 +97,14 @@ Args parse_args(int argc, char** argv, int first, const std::vector<std::string>
     return a;
 }
 
+// What llama.cpp resolved Flash Attention to (its default "auto" enables it when the CPU
+// backend supports it); read from its log, which has no API for it.
+std::string g_flash_attn = "unknown";
+
 void quiet_log(enum ggml_log_level level, const char* text, void*) {
     if (level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
+    if (std::strstr(text, "Flash Attention enabled") != nullptr) g_flash_attn = "enabled";
+    if (std::strstr(text, "Flash Attention not supported") != nullptr) g_flash_attn = "disabled";
 }
 
 std::string json_ints(const std::vector<int>& v) {
@@ -173,36 +181,37 @@ int cmd_decode(const Args& a) {
 
     Model m(a.positional[0], (uint32_t)(C + N + 8), (uint32_t)B, (uint32_t)B);
     std::vector<llama_token> prompt = random_tokens(seed, C, m.n_vocab);
+    // The state file holds the KV cache of the first C - 1 prompt tokens (a loaded state has
+    // no logits); the last prompt token is always decoded here, giving the first logits.
+    std::vector<llama_token> head(prompt.begin(), prompt.end() - 1);
     bool loaded = false;
     if (!state.empty() && access(state.c_str(), R_OK) == 0) {
-        std::vector<llama_token> saved(C + 1);
+        std::vector<llama_token> saved(C);
         size_t n_saved = 0;
         if (!llama_state_load_file(m.ctx, state.c_str(), saved.data(), saved.size(), &n_saved)) {
             throw std::runtime_error("cannot load the state file " + state);
         }
         saved.resize(n_saved);
-        if (saved != std::vector<llama_token>(prompt.begin(), prompt.end() - 1)) {
+        if (saved != head) {
             throw std::runtime_error("state file " + state + " holds another prompt (" +
-                                     std::to_string(n_saved) + " tokens; expected the " +
-                                     std::to_string(C) + " of seed " + std::to_string(seed) + ")");
+                                     std::to_string(n_saved) + " tokens; expected the first " +
+                                     std::to_string(C - 1) + " of seed " + std::to_string(seed) +
+                                     ")");
         }
         loaded = true;
     }
-    // The state file holds the KV cache of the first C - 1 prompt tokens: llama.cpp's state
-    // files keep no logits, so the last prompt token is decoded after loading (or saving) it.
     if (!loaded) {
         for (int i = 0; i < C - 1; i += B) {
-            std::vector<llama_token> chunk(prompt.begin() + i,
-                                           prompt.begin() + std::min(C - 1, i + B));
+            std::vector<llama_token> chunk(head.begin() + i, head.begin() + std::min(C - 1, i + B));
             m.decode(chunk, "prompt");
         }
         if (!state.empty() &&
-            !llama_state_save_file(m.ctx, state.c_str(), prompt.data(), prompt.size() - 1)) {
+            !llama_state_save_file(m.ctx, state.c_str(), head.data(), head.size())) {
             throw std::runtime_error("cannot save the state file " + state);
         }
     }
     std::vector<llama_token> last{prompt.back()};
-    m.decode(last, "prompt");
+    m.decode(last, "last prompt token");
     int next = m.last_argmax();
     std::vector<int> out;
     mark(0);
@@ -214,9 +223,9 @@ int cmd_decode(const Args& a) {
         mark(i + 1);
     }
     std::printf("{\"mode\": \"decode\", \"tokens\": %s, \"n_vocab\": %d, \"n_layer\": %d, "
-                "\"context\": %d, \"state\": \"%s\"}\n",
+                "\"context\": %d, \"state\": \"%s\", \"flash_attn\": \"%s\"}\n",
                 json_ints(out).c_str(), m.n_vocab, m.n_layer, C,
-                state.empty() ? "none" : (loaded ? "loaded" : "saved"));
+                state.empty() ? "none" : (loaded ? "loaded" : "saved"), g_flash_attn.c_str());
     return 0;
 }
 
@@ -232,8 +241,8 @@ int cmd_prefill(const Args& a) {
     mark(1);
     int next = m.last_argmax();
     std::printf("{\"mode\": \"prefill\", \"tokens\": %d, \"batch\": %d, \"next\": %d, "
-                "\"n_vocab\": %d, \"n_layer\": %d}\n",
-                P, std::min(P, B), next, m.n_vocab, m.n_layer);
+                "\"n_vocab\": %d, \"n_layer\": %d, \"flash_attn\": \"%s\"}\n",
+                P, std::min(P, B), next, m.n_vocab, m.n_layer, g_flash_attn.c_str());
     return 0;
 }
 
