@@ -36,7 +36,8 @@ into its interleaved layouts where it has one for the type and the machine: in t
 llama.cpp, RVV layouts (16 rows x 1) exist for Q4_0, Q8_0 and IQ4_NL (and Q4_K, Q2_K) at
 VLEN 256 only (with Zvfh). Decode at VLEN 256 in those types runs the repacked GEMV; at VLEN
 128 and 512, and in F16, Q3_K and the Q6_K head, ggml's vec-dot kernels. Records say which
-(``repack``). The matvec driver mode builds its own graph on plain CPU buffers: vec dot.
+(``repack``). The matvec mode puts its weights in the buffer type llama.cpp's loader would
+choose (``weight_buffer``: ``CPU_REPACK`` where repacked, else ``CPU``).
 
 Prompts. A decode run needs its prompt's KV cache. Emulating the prefill would cost more
 than the decode itself, so the native driver (same source, x86-64) fills the cache once per
@@ -60,7 +61,8 @@ Writes ``build/bench/peers.json`` (``--quick``: ``peers_quick.json``; ``--projec
 
     {"peer": "llama.cpp", "kind": "decode" | "prefill" | "matvec", "arch", "qtype", "vlen",
      "layers", "vocab", "context", "insns_per_token", "est_cycles_per_token",
-     "counts": {plugin key: per token}, "weight_bytes_per_token", "output_type", "model",
+     "counts": {plugin key: per token}, "weight_bytes_per_token", "output_type",
+     "flash_attn", "model",
      "tokens", "tokens_agree_with_native", "decoded": [lo, hi], "prompt_tokens",
      "set", "projection", "quick", "runs_agreeing", "source", "build_flags",
      "repack", "note", "run_wall_s", "git", "date_utc"}
@@ -71,7 +73,7 @@ tensor role, bytes per layer, LM head and embedding row); ``weight_bytes_per_tok
 weight bytes a decoded token reads. Prefill records count per prompt token (``prompt_tokens``;
 ``context`` is the prompt length). Matvec records have ``insns_per_call``,
 ``est_cycles_per_call``, ``counts`` per call, ``k``, ``n``, ``m``, ``weight_bytes_per_call``,
-and null ``arch``, ``layers``, ``vocab``, ``context``.
+``weight_buffer``, and null ``arch``, ``layers``, ``vocab``, ``context``.
 """
 
 from __future__ import annotations
@@ -424,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
                 "est_cycles_per_call": round(cycles),
                 "counts": {k: round(v) for k, v in pt.items()},
                 "weight_bytes_per_call": gguf_models.type_bytes(kind, case.n, case.k),
+                "weight_buffer": result["weight_buffer"],
             }  # fmt: skip
         else:
             model = models[case.model_name()]
@@ -436,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
                 "counts": {k: round(v) for k, v in pt.items()},
                 "weight_bytes_per_token": model["weight_bytes_per_token"],
                 "output_type": model["types"]["output"],
+                "flash_attn": result.get("flash_attn"),
                 "model": model,
             }
             if case.kind == "decode":
@@ -458,9 +462,9 @@ def main(argv: list[str] | None = None) -> int:
             "runs_agreeing": reps,
             "source": build.get("source", peers_build.source_label()),
             "build_flags": {k: v for k, v in build.items() if k not in DROP_BUILD_KEYS},
-            "repack": case.kind != "matvec"
-            and case.qtype in REPACKED_TYPES
-            and vlen in REPACK_VLENS,
+            "repack": "REPACK" in result["weight_buffer"]
+            if case.kind == "matvec"
+            else case.qtype in REPACKED_TYPES and vlen in REPACK_VLENS,
             "note": BF16_NOTE if case.qtype == "bf16" else None,
             "run_wall_s": round(seconds),
             "bench_wall_s": round(time.monotonic() - t_start),
