@@ -32,7 +32,7 @@ quantise (F16, BF16, Q8_0, Q4_0): a seeded pool of POOL_BLOCKS blocks is quantis
 type, and every tensor is a window of that periodic stream of blocks starting at a seeded
 offset (the pool length is prime, so no two rows of a matrix start at the same block; writing
 a 2-layer Qwen2.5-1.5B-shaped file takes seconds). IQ4_NL, Q3_K and Q6_K, which gguf 0.19.0
-cannot quantise, are random bytes in ggml's block layout with finite, positive fp16 scales
+cannot quantise, are random bytes in ggml's block layout with positive, normal fp16 scales
 chosen so that the weights are of the same order (~0.02): the instructions ggml's dot products
 retire do not depend on the values. Norm weights are 1, biases N(0, 0.02), F32.
 
@@ -134,9 +134,10 @@ MIN_VOCAB = 260
 """The smallest vocabulary the minimal tokenizers fit in (256 byte tokens + specials)."""
 
 # fp16 scale ranges of the random-byte types: d x (the block's integer weights) ~ 0.02.
+# Each scale is d x uniform(0.75, 1.5): fp16 normal numbers (>= 6.1e-5), no subnormals.
 _IQ4_NL_D = 3e-4  # IQ4_NL: w = d * kvalues[q], |kvalues| ~ 60
 _Q3_K_D = 6e-4  # Q3_K: w = d * (scale - 32) * q, 6-bit scales, q in -4..3
-_Q6_K_D = 8e-5  # Q6_K: w = d * scale * (q - 32), int8 scales kept in 1..31
+_Q6_K_D = 1e-4  # Q6_K: w = d * scale * (q - 32), int8 scales kept in 1..31
 
 
 def _random_blocks(kind: QT, n: int, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
@@ -146,7 +147,7 @@ def _random_blocks(kind: QT, n: int, rng: np.random.Generator) -> npt.NDArray[np
     blocks = rng.integers(0, 256, size=(n, size), dtype=np.uint8)
 
     def scale(d: float) -> npt.NDArray[np.uint8]:
-        values = (d * rng.uniform(0.5, 1.5, size=n)).astype("<f2")
+        values = (d * rng.uniform(0.75, 1.5, size=n)).astype("<f2")
         return values.view(np.uint8).reshape(n, 2)
 
     if kind == QT.IQ4_NL:  # d, qs[16]

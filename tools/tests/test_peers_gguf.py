@@ -162,6 +162,12 @@ def test_values(tmp_path: Path, qtype: str) -> None:
             assert (w == 1).all(), t.name
         elif t.tensor_type in (QT.IQ4_NL, QT.Q3_K, QT.Q6_K):
             assert 0.005 < w.std() < 0.06, (t.name, w.std())
+            # Block scales (the fp16 d of every block) are normal numbers.
+            size = BLOCKS[t.tensor_type][1]
+            at = {QT.IQ4_NL: 0, QT.Q3_K: 108, QT.Q6_K: 208}[t.tensor_type]
+            blocks = np.asarray(t.data).reshape(-1, size)
+            d = blocks[:, at : at + 2].copy().view("<f2").astype(np.float64)
+            assert (d >= 2.0**-14).all() and np.isfinite(d).all(), t.name
         else:  # exact draws, fp16/bf16 rounding, or 8/4-bit quantisation of them
             assert abs(w.mean()) < 0.003 and 0.017 < w.std() < 0.023, (t.name, w.std())
     # Distinct rows: the pool is not repeated row by row.
