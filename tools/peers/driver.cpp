@@ -5,6 +5,7 @@
 //   driver decode MODEL.gguf --context C --tokens N [--seed S] [--batch B] [--state FILE]
 //   driver prefill MODEL.gguf --tokens P [--batch B] [--seed S]
 //   driver matvec --type T --k K --n N [--m M] --reps R [--seed S]
+//     T: f16, bf16, q8_0, q4_0, iq4_nl, q3_k, q4_k, q6_k, f32
 //
 // Marks for the insncount plugin: mark(label) is the syscall lseek(-1, 0x696E73636E74, label),
 // which the plugin records (counts so far, with the label) and the kernel refuses with EBADF.
@@ -250,7 +251,7 @@ const std::map<std::string, ggml_type>& matvec_types() {
     static const std::map<std::string, ggml_type> t = {
         {"f16", GGML_TYPE_F16},   {"bf16", GGML_TYPE_BF16},     {"q8_0", GGML_TYPE_Q8_0},
         {"q4_0", GGML_TYPE_Q4_0}, {"iq4_nl", GGML_TYPE_IQ4_NL}, {"q3_k", GGML_TYPE_Q3_K},
-        {"f32", GGML_TYPE_F32},
+        {"q4_k", GGML_TYPE_Q4_K}, {"q6_k", GGML_TYPE_Q6_K},     {"f32", GGML_TYPE_F32},
     };
     return t;
 }
@@ -280,7 +281,7 @@ int cmd_matvec(const Args& a) {
     std::string tname = a.str("type");
     auto it = matvec_types().find(tname);
     if (it == matvec_types().end()) {
-        throw UsageError("--type must be one of f16, bf16, q8_0, q4_0, iq4_nl, q3_k, f32; not '" +
+        throw UsageError("--type must be one of f16, bf16, q8_0, q4_0, iq4_nl, q3_k, q4_k, q6_k, f32; not '" +
                          tname + "'");
     }
     ggml_type type = it->second;
