@@ -47,14 +47,14 @@ compared (``tokens_agree_with_native``): a check that the riscv64 build computes
 model (near-ties can flip a token, and every later token follows the flipped one).
 
 Counting, as tools/bench_e2e_riscv.py: per decoded token, the counts between the marks after
-tokens ``lo`` and ``hi`` (2 and 6; ``--quick``: 1 and 3) divided by ``hi - lo`` (load,
-state, first token left out); prefill: between the marks around the one ``llama_decode`` of
-the prompt, divided by its tokens; matvec: between the mark after the warm-up product and
-the one after MATVEC_REPS more, divided by MATVEC_REPS. Estimated cycles: the same DLEN-128
-model (``rvvtools.est_cycles``). ``--quick`` (a harness smoke check: a small Qwen2-shaped
-model at VLEN 256, Q4_0 and F16 decode and a Q4_0 matvec) runs everything twice and requires
-positive per-token counts that agree within DETERMINISM and every token decoded; every run
-must retire vector instructions.
+tokens ``lo`` and ``hi`` (2 and 6; ``--quick``: 1 and 3) divided by ``hi - lo`` (load, state,
+first token left out); prefill: between the marks around the one ``llama_decode`` of the
+prompt, divided by its tokens; matvec: between the mark after the warm-up product and the one
+after MATVEC_REPS more, divided by MATVEC_REPS. Estimated cycles: the same DLEN-128 model
+(``rvvtools.est_cycles``). ``--quick`` (a harness smoke check: a small Qwen2-shaped model at
+VLEN 256, Q4_0 and F16 decode, a Q4_0 prefill of 16 tokens and a Q4_0 matvec) runs everything
+twice and requires positive per-token counts that agree within DETERMINISM and every token
+decoded; every run must retire vector instructions.
 
 Writes ``build/bench/peers.json`` (``--quick``: ``peers_quick.json``; ``--projection``:
 ``peers_projection.json``), rewritten after every finished case, a list of records::
@@ -196,6 +196,7 @@ MATVEC = Case("matvec", "", k=1536, n=8960, m=1, set="matvec")
 QUICK = Case("decode", "", "qwen2-quick", layers=1, vocab=512, context=64, set="quick")
 QUICK_TYPES = ("q4_0", "f16")
 QUICK_MATVEC = Case("matvec", "q4_0", k=256, n=512, m=1, set="quick")
+QUICK_PREFILL = Case("prefill", "q4_0", "qwen2-quick", 1, 512, 16, prompt=16, set="quick")
 
 
 def arch_of(name: str) -> gguf_models.Arch:
@@ -255,7 +256,7 @@ def plan(args: argparse.Namespace, vlens: list[int]) -> list[Case]:
     """The cases the command line asks for."""
     if args.quick:
         cases = [dataclasses.replace(QUICK, qtype=t) for t in (args.type or QUICK_TYPES)]
-        return [*cases, QUICK_MATVEC]
+        return [*cases, QUICK_PREFILL, QUICK_MATVEC]
     sets = ["projection"] if args.projection else (args.set or ["main", "matvec", "projection"])
     cases = []
     if "main" in sets:
