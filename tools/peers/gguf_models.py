@@ -306,11 +306,13 @@ def write(
     (default :data:`HEAD_TYPES`). The file is written to a temporary name beside `path` and
     renamed, so a stopped run leaves no partial model.
 
-    Returns a description for benchmark records: ``arch``, ``qtype``, ``layers``, ``vocab``,
-    ``context``, ``seed``, ``types`` (per role), ``file_bytes``, ``weight_bytes_per_layer``
-    (every tensor of one layer), ``output_bytes`` (the LM head), ``output_norm_bytes``,
-    ``token_embd_bytes`` and ``token_embd_row_bytes``, and ``weight_bytes_per_token`` (what a
-    decoded token reads: every layer, the final norm, the LM head and one embedding row).
+    Returns a description for benchmark records: ``arch``, ``gguf_arch``, ``qtype``,
+    ``layers``, ``vocab``, ``context_length`` (the metadata's), ``seed``, ``dims`` (hidden,
+    heads, kv_heads, head_dim, ffn), ``types`` (per role), ``file_bytes``,
+    ``weight_bytes_per_layer`` (every tensor of one layer), ``output_bytes`` (the LM head),
+    ``output_norm_bytes``, ``token_embd_bytes`` and ``token_embd_row_bytes``, and
+    ``weight_bytes_per_token`` (what a decoded token reads: every layer, the final norm, the
+    LM head and one embedding row).
     """
     a = arch if isinstance(arch, Arch) else ARCHS.get(arch)
     if a is None:
@@ -381,7 +383,7 @@ def write(
         "qtype": qtype,
         "layers": n_layers,
         "vocab": n_vocab,
-        "context": n_ctx,
+        "context_length": n_ctx,
         "seed": seed,
         "dims": {k: getattr(a, k) for k in ("hidden", "heads", "kv_heads", "head_dim", "ffn")},
         "types": {

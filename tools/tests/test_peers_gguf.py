@@ -145,7 +145,7 @@ def test_tensors_metadata_and_sizes(tmp_path: Path, arch: gguf_models.Arch, qtyp
     )
     assert info["file_bytes"] == path.stat().st_size > sum(by_name.values())
     assert info["types"]["layers"] == qtype
-    assert (info["layers"], info["vocab"], info["context"]) == (LAYERS, VOCAB, 640)
+    assert (info["layers"], info["vocab"], info["context_length"]) == (LAYERS, VOCAB, 640)
 
 
 @pytest.mark.parametrize("qtype", list(HEAD))
@@ -198,7 +198,7 @@ def test_output_type_and_real_shape(tmp_path: Path) -> None:
     h, f, q, kv = 1536, 8960, 12 * 128, 2 * 128
     matrices = (q * h + 2 * kv * h + h * q + 3 * h * f) // 32 * 18
     assert info["weight_bytes_per_layer"] == matrices + 4 * (2 * h + q + 2 * kv)
-    assert info["context"] == 32768 and field(reader, "qwen2.context_length") == 32768
+    assert info["context_length"] == 32768 and field(reader, "qwen2.context_length") == 32768
 
 
 @pytest.mark.parametrize(
