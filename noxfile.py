@@ -32,6 +32,8 @@ nox.options.error_on_missing_interpreters = True
 # torch 2.13.0 (CPU build) is served from this machine's local disk; any other
 # version would download gigabytes.
 TORCH = "torch==2.13.0"
+# The GGUF writer of tools/peers (llama.cpp's own Python package for the format).
+GGUF = "gguf==0.19.0"
 KERNELS = "packages/rvv-kernels"
 OPS = "packages/rvv-ops"
 ATTENTION = "packages/rvv-attention"
@@ -285,12 +287,33 @@ def bench_e2e_riscv(session: nox.Session) -> None:
 
 @nox.session(name="bench-smoke")
 def bench_smoke(session: nox.Session) -> None:
-    """The --quick variants of bench-kernels and bench-e2e-riscv (bench-x86's runs in
-    sglang-tests): harness smoke checks for CI, not performance tests. They write
+    """The --quick variants of bench-kernels, bench-e2e-riscv and bench-peers (bench-x86's
+    runs in sglang-tests): harness smoke checks for CI, not performance tests. They write
     build/bench/*_quick.json, which bench-report does not read."""
-    session.install("hatchling", "build")
+    session.install("hatchling", "build", GGUF, "numpy")
     session.run("python", "tools/bench_kernels.py", "--quick")
     session.run("python", "tools/bench_e2e_riscv.py", "--quick")
+    session.run("python", "tools/bench_peers.py", "--quick")
+
+
+@nox.session(name="bench-peers")
+def bench_peers(session: nox.Session) -> None:
+    """llama.cpp side by side: its ggml CPU backend built for riscv64 with RVV from the
+    llama-cpp-python sdist (downloaded and cached at bench time), decoding GGUF files of our
+    bench-e2e-riscv shape and TinyLlama-1.1B's under QEMU 7.2 with the insncount plugin;
+    then our decode step at the K1 model's shapes (bench_e2e_riscv.py --projection) and the
+    K1 time model (tools/k1_model.py) over both.
+
+    Writes build/bench/peers.json, e2e_riscv_projection.json and k1_model.json.
+    ``nox -s bench-peers -- --quick``: a tiny shape at VLEN 256 and the model's arithmetic on
+    it (a harness smoke check; *_quick.json, which bench-report does not read).
+    """
+    session.install(GGUF, "numpy", "hatchling", "build")
+    quick = "--quick" in session.posargs
+    session.run("python", "tools/bench_peers.py", *session.posargs)
+    if not quick:
+        session.run("python", "tools/bench_e2e_riscv.py", "--projection")
+        session.run("python", "tools/k1_model.py")
 
 
 # Newest matplotlib at the time.
@@ -311,7 +334,7 @@ def lint(session: nox.Session) -> None:
     # transformers: rvv-attention's integration is type-checked against it; matplotlib:
     # bench_report's plots, which tools/tests render.
     session.install(
-        TORCH, "numpy", "pytest", "ruff", "mypy", "nox", "hatchling", TRANSFORMERS, MATPLOTLIB
+        TORCH, "numpy", "pytest", "ruff", "mypy", "nox", "hatchling", TRANSFORMERS, MATPLOTLIB, GGUF
     )
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
@@ -329,6 +352,9 @@ def lint(session: nox.Session) -> None:
         "tools/bench_x86.py",
         "tools/bench_e2e_riscv.py",
         "tools/bench_report.py",
+        "tools/bench_peers.py",
+        "tools/k1_model.py",
+        "tools/peers",
         "tools/sanitize.py",
         "tools/soak.py",
         "tools/tests",

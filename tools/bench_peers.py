@@ -333,8 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         for v in (vlens if c.set != "projection" else vlens[:1])
         for r in range(reps)
     ]
-    say("[host] provisioning (QEMU 7.2 + insncount plugin)")
-    rvvtools.provision(["qemu7", "plugin"])
+    say("[host] provisioning (QEMU 7.2 + insncount plugin, clang-19 for llama.cpp)")
+    rvvtools.provision(["qemu7", "plugin", "peers"])
     say("[host] building the peers driver (riscv64 and native; cached)")
     riscv_driver = peers_build.build("riscv64")
     native_driver = peers_build.build("native")

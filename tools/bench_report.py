@@ -8,7 +8,12 @@ not run if there is none - so one benchmark can be re-run and reported without t
   QEMU, RVV build vs scalar build of the same source, per VLEN;
 - ``e2e_riscv.json`` (``nox -s bench-e2e-riscv``): instructions per decoded token by mode
   (the ``--quick`` smoke run's ``e2e_riscv_quick.json`` is not reported);
-- ``x86.json`` (``nox -s bench-x86``): attention side by side on the x86 machine.
+- ``x86.json`` (``nox -s bench-x86``): attention side by side on the x86 machine;
+- ``peers.json`` (``nox -s bench-peers``): llama.cpp's instructions per decoded token and per
+  matrix-vector product under QEMU, set beside ours from ``e2e_riscv.json``,
+  ``e2e_riscv_projection.json`` and ``kernels.json``;
+- ``k1_model.json`` (``tools/k1_model.py``, run by ``nox -s bench-peers``): the projected
+  time per token on a SpacemiT K1 and the model's check against published board figures.
 
 Writes ``docs/performance/*.png`` and ``docs/performance.md`` (method, machine, date, the
 numbers, and what these proxies can and cannot say about a RISC-V board).
@@ -22,6 +27,7 @@ import argparse
 import datetime
 import importlib
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -380,6 +386,284 @@ def x86_section(plt: Any, data: dict[str, Any], img: Path) -> list[str]:
     return out
 
 
+# ------------------------------------------------------------------------------ peers
+
+# Our decode mode beside the llama.cpp weight types of the same weight width.
+PEER_PAIRS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("bf16 weights", "rvv", ("f16", "bf16")),
+    ("8-bit weights", "rvv-w8a8", ("q8_0",)),
+    ("4-bit weights", "rvv-w4a8", ("q4_0",)),
+)
+# Our bench-kernels case for the 1536 -> 8960 matrix-vector product, by the llama.cpp types
+# it is set beside.
+PEER_MATVEC: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("linear_bf16_m1_k1536_n8960", ("f16", "bf16")),
+    ("w8a8_m1_k1536_n8960", ("q8_0",)),
+    ("w4a8_m1_k1536_n8960_g128", ("q4_0",)),
+)
+PEER_TARGET = 0.8  # ours / llama.cpp estimated cycles per token at VLEN 256 (issue 37)
+
+
+def _fmt(v: Any, spec: str = ",.0f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _same_shape(ours: dict[str, Any], peer: dict[str, Any]) -> bool:
+    """Whether one of our e2e records decodes the shape of a llama.cpp decode record: the
+    layer count, vocabulary and context (our records from before these fields existed are
+    the default shape, Qwen2.5-1.5B layers x2, vocab 4096, context 512)."""
+    return all(
+        ours.get(key, default) == peer.get(key)
+        for key, default in (("layers", 2), ("vocab", 4096), ("context", 512))
+    )
+
+
+def peers_section(plt: Any, data: dict[str, Any], img: Path) -> list[str]:
+    peers: list[dict[str, Any]] = data["peers"]
+    ours: list[dict[str, Any]] = data.get("ours") or []
+    kernels: list[dict[str, Any]] = data.get("kernels") or []
+    decode = [r for r in peers if r.get("kind") == "decode" and r.get("arch") == "qwen2-1.5b"]
+    out: list[str] = [*_run_line(peers[0])]
+    first = peers[0]
+    flags = first.get("build_flags", "?")
+    if isinstance(flags, dict):  # peers.build.build_info(): the compiler and its flags
+        flags = flags.get("flags", "?")
+    if isinstance(flags, list):
+        flags = " ".join(str(f) for f in flags)
+    out += [
+        f"llama.cpp: {first.get('source', '?')}, its ggml CPU backend built for riscv64 with "
+        f"RVV by `tools/peers/build.py` ({flags}), driven by "
+        "our own program (`tools/peers/driver.cpp`) on GGUF files of random weights written "
+        "by `tools/peers/gguf_models.py`. Counted like our decode step (section 2): QEMU 7.2 "
+        "with the insncount plugin, one thread, instructions between marks after decoded "
+        "tokens, and the same DLEN-128 cycle estimate. QEMU cannot run SpacemiT's IME matrix "
+        "extension, so these are llama.cpp's plain-RVV figures; the published K1 numbers with "
+        "IME (section 5) are faster than a plain-RVV build.",
+        "",
+    ]
+    if decode:
+        vlens = sorted({r["vlen"] for r in decode})
+        out += [
+            f"Decode, per token, Qwen2.5-1.5B layers x{decode[0].get('layers', '?')}, vocab "
+            f"{decode[0].get('vocab', '?')}, context {decode[0].get('context', '?')} (the "
+            f"shape of section 2). `ours / llama.cpp`: estimated cycles; the target is at "
+            f"most {PEER_TARGET} at VLEN 256.",
+            "",
+            "| weights | VLEN | ours | ours insns | ours est. cycles | llama.cpp | llama.cpp "
+            "insns | llama.cpp est. cycles | ours / llama.cpp |",
+            "|---|---:|---|---:|---:|---|---:|---:|---:|",
+        ]
+        chart: list[tuple[str, int, float | None, float | None]] = []
+        for label, mode, qtypes in PEER_PAIRS:
+            for vlen in vlens:
+                mine = next(
+                    (
+                        r
+                        for r in ours
+                        if r.get("mode") == mode
+                        and r.get("vlen") == vlen
+                        and any(_same_shape(r, p) for p in decode)
+                    ),
+                    None,
+                )
+                for qtype in [q for q in qtypes if any(r.get("qtype") == q for r in decode)]:
+                    theirs = next(
+                        (r for r in decode if r.get("qtype") == qtype and r["vlen"] == vlen), None
+                    )
+                    if theirs is None and mine is None:
+                        continue
+                    mc = None if mine is None else mine.get("est_cycles_per_token")
+                    tc = None if theirs is None else theirs.get("est_cycles_per_token")
+                    ratio = None if mc is None or tc is None else mc / tc
+                    flag = ""
+                    if ratio is not None and vlen == 256:
+                        flag = " (met)" if ratio <= PEER_TARGET else " (not met)"
+                    out.append(
+                        f"| {label} | {vlen} | {mode if mine else f'{mode}: not run'} | "
+                        f"{_fmt(None if mine is None else mine.get('insns_per_token'))} | "
+                        f"{_fmt(mc)} | {qtype if theirs else f'{qtype}: not run'} | "
+                        f"{_fmt(None if theirs is None else theirs.get('insns_per_token'))} | "
+                        f"{_fmt(tc)} | {_fmt(ratio, '.2f')}{flag} |"
+                    )
+                    chart.append((f"{mode} / {qtype}", vlen, mc, tc))
+        out.append("")
+        shown = [c for c in chart if c[2] is not None or c[3] is not None]
+        if shown:
+            labels = sorted({c[0] for c in shown})
+            fig, ax = plt.subplots(figsize=(8, 4))
+            series = ["ours", "llama.cpp"]
+            slots = [(lab, v) for lab in labels for v in vlens]
+
+            def height(name: str, slot: tuple[str, int]) -> float | None:
+                hit = next((c for c in shown if (c[0], c[1]) == slot), None)
+                return None if hit is None else (hit[2] if name == "ours" else hit[3])
+
+            width, ticks, bars = _grouped_bars(series, slots, height)
+            for name, xs, ys in bars:
+                ax.bar(xs, ys, width=width, label=name)
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([f"{lab}\nVLEN {v}" for lab, v in slots], fontsize=7)
+            ax.set_ylabel("estimated DLEN-128 cycles per token")
+            ax.legend(fontsize=8)
+            _save(plt, fig, img / "peers_cycles_per_token.png")
+            out += ["![cycles per token](performance/peers_cycles_per_token.png)", ""]
+    else:
+        out += ["No llama.cpp decode records of the Qwen2.5-1.5B shape in this run.", ""]
+    matvec = [r for r in peers if r.get("kind") == "matvec"]
+    if matvec:
+        out += [
+            "Matrix-vector product 1536 -> 8960 (M = 1), per call: ggml's `mul_mat` of each "
+            "type against our bench-kernels case (section 1). Cycles per weight byte: the "
+            "estimated cycles over the bytes of the weight matrix (incl. block scales).",
+            "",
+            "| VLEN | ours | ours est. cycles | cycles / byte | llama.cpp type | llama.cpp est. "
+            "cycles | cycles / byte | ours / llama.cpp |",
+            "|---:|---|---:|---:|---|---:|---:|---:|",
+        ]
+        for case, qtypes in PEER_MATVEC:
+            for vlen in sorted({r["vlen"] for r in matvec}):
+                mine = next(
+                    (r for r in kernels if r.get("case") == case and r.get("vlen") == vlen), None
+                )
+                mc = None if mine is None else mine.get("est_cycles_rvv")
+                mbytes = _case_weight_bytes(case)
+                for qtype in qtypes:
+                    theirs = next(
+                        (r for r in matvec if r.get("qtype") == qtype and r["vlen"] == vlen),
+                        None,
+                    )
+                    if theirs is None and mine is None:
+                        continue
+                    tc = None if theirs is None else theirs.get("est_cycles_per_call")
+                    tbytes = (
+                        None
+                        if theirs is None
+                        else theirs.get("weight_bytes_per_call", theirs.get("weight_bytes"))
+                    )
+                    out.append(
+                        f"| {vlen} | {case if mine else f'{case}: not run'} | {_fmt(mc)} | "
+                        f"{_fmt(None if mc is None or not mbytes else mc / mbytes, '.3f')} | "
+                        f"{qtype if theirs else f'{qtype}: not run'} | {_fmt(tc)} | "
+                        f"{_fmt(None if tc is None or not tbytes else tc / tbytes, '.3f')} | "
+                        f"{_fmt(None if mc is None or tc is None else mc / tc, '.2f')} |"
+                    )
+        out.append("")
+    return out
+
+
+def _case_weight_bytes(case: str) -> int | None:
+    """Bytes of the weight matrix a bench-kernels linear case reads: K x N at 2 bytes (bf16)
+    or 1 byte plus a 4-byte scale per output channel (w8a8)."""
+    fields = {p[0]: p[1:] for p in case.split("_") if p[:1] in "kn" and p[1:].isdigit()}
+    if "k" not in fields or "n" not in fields:
+        return None
+    k, n = int(fields["k"]), int(fields["n"])
+    if case.startswith("linear_bf16"):
+        return 2 * k * n
+    if case.startswith("w8a8"):
+        return k * n + 4 * n
+    return None
+
+
+def _peers_data(bench_dir: Path) -> dict[str, Any] | None:
+    """peers.json with our records it is set beside: section 2's e2e_riscv.json (and the
+    K1 model's runs of our decode step, e2e_riscv_projection.json) and kernels.json."""
+    peers = _load(bench_dir / "peers.json")
+    if peers is None:
+        return None
+    ours = [
+        *(_load(bench_dir / "e2e_riscv.json") or []),
+        *(_load(bench_dir / "e2e_riscv_projection.json") or []),
+    ]
+    return {"peers": peers, "ours": ours, "kernels": _load(bench_dir / "kernels.json") or []}
+
+
+# ------------------------------------------------------------------------------ K1 model
+
+
+def _ms_band(p: dict[str, Any]) -> str:
+    band = p.get("time_ms_band")
+    return "-" if not band else f"{band[0]:,.0f}-{band[1]:,.0f}"
+
+
+def k1_section(plt: Any, data: dict[str, Any], img: Path) -> list[str]:
+    board = data.get("board", {})
+    check = data.get("check", {})
+    error = check.get("error")
+    factor = None if error is None else math.exp(error)
+    out: list[str] = []
+    out += [
+        f"Board: {board.get('name', '?')} at {board.get('ghz', '?')} GHz, DLEN "
+        f"{board.get('dlen', '?')}, {board.get('bandwidth_gbs', '?')} GB/s of DRAM bandwidth "
+        "(published figures, not measured). Per token at T threads: compute = the token's "
+        "estimated DLEN-128 cycles on one core (section 2's model, VLEN 256) / (clock x T); "
+        "memory = the bytes a token reads from DRAM (every weight with its scales, the LM "
+        "head, the K/V rows at the context) / the bandwidth; time = the larger of the two. "
+        "A token's cycles are split into per-layer, per-vocabulary-row and fixed parts from "
+        "emulated runs at 1 and 2 layers and several vocabularies, and scaled to the full "
+        "model. Nothing is fitted: `tools/k1_model.py`'s docstring states every constant "
+        "and where the published figures come from.",
+        "",
+        "**The check.** The same model applied to llama.cpp's emulated counts (section 4) "
+        "for TinyLlama-1.1B's shapes in the types with published BPI-F3 (= K1) figures, "
+        f"{data.get('published_threads', '?')} threads assumed (the published runs do not "
+        "state theirs; llama-bench's default is the core count):",
+        "",
+        "| point | source | published tokens/s | predicted tokens/s | compute ms | memory ms "
+        "| ln(predicted / published) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for pt in check.get("points", []):
+        if pt.get("predicted_tokens_per_s") is None:
+            out.append(
+                f"| {pt['label']} | {pt.get('source', '?')} | {pt['tokens_per_s']:.2f} | "
+                f"not run ({pt.get('missing', '?')}) | - | - | - |"
+            )
+            continue
+        out.append(
+            f"| {pt['label']} | {pt.get('source', '?')} | {pt['tokens_per_s']:.2f} | "
+            f"{pt['predicted_tokens_per_s']:.2f} | {pt['compute_ms']:.1f} | "
+            f"{pt['memory_ms']:.1f} | {pt['log_ratio']:+.2f} |"
+        )
+    out.append("")
+    if factor is None:
+        out += ["No published point could be checked: the projections carry no error bar.", ""]
+    else:
+        lo, hi = check.get("time_ratio_range") or (None, None)
+        spread = "" if lo is None else f" (published time / predicted: {lo:.2f} to {hi:.2f})"
+        out += [
+            f"Model error: x/ {factor:.2f}, the largest |ln(predicted / published)| over the "
+            f"{check.get('checked', '?')} checked points{spread}; every projection below "
+            "carries it as its band (time x/ the error).",
+            "",
+        ]
+    projections = data.get("projections", [])
+    if projections:
+        first = projections[0]
+        out += [
+            f"**Projections**: {first.get('model', '?')}, {first.get('layers', '?')} layers, "
+            f"vocabulary {first.get('vocab', '?'):,}, context {first.get('context', '?')}, "
+            "ms per token on the K1. Ours: `rvv` (bf16) and `rvv-w8a8`; llama.cpp's rows are "
+            "its plain-RVV build (no IME) through the same model.",
+            "",
+            "| mode | threads | compute ms | memory ms | time ms | band ms | tokens/s |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for p in projections:
+            out.append(
+                f"| {p['mode']} | {p['threads']} | {p['compute_ms']:,.1f} | "
+                f"{p['memory_ms']:,.1f} | {p['time_ms']:,.1f} | {_ms_band(p)} | "
+                f"{p['tokens_per_s']:.2f} |"
+            )
+        out.append("")
+    refs = data.get("reference_ms") or {}
+    if refs:
+        out += ["Published K1 figures, for comparison (ms per token):", ""]
+        out += [f"- {name}: {ms:,.0f}" for name, ms in refs.items()]
+        out.append("")
+    return out
+
+
 # ------------------------------------------------------------------------------ document
 
 PROXIES = """## What these numbers can and cannot say about a RISC-V board
@@ -473,8 +757,16 @@ SECTIONS: tuple[tuple[str, str, str, Callable[[Any, Any, Path], list[str]]], ...
      "e2e_riscv.json", e2e_section),
     ("3.", "Attention side by side on the x86 machine (`nox -s bench-x86`)",
      "x86.json", x86_section),
+    ("4.", "Side by side with llama.cpp on emulated RVV (`nox -s bench-peers`)",
+     "peers.json", peers_section),
+    ("5.", "A K1 time model (`tools/k1_model.py`, run by `nox -s bench-peers`)",
+     "k1_model.json", k1_section),
 )  # fmt: skip
 """(number, title, JSON file under build/bench/, the function that renders its data)."""
+
+
+LOADERS: dict[str, Callable[[Path], Any]] = {"peers.json": _peers_data}
+"""Sections whose data is more than their own JSON file: JSON file -> loader(bench_dir)."""
 
 
 def render(bench_dir: Path, docs: Path) -> str:
@@ -492,7 +784,9 @@ def render(bench_dir: Path, docs: Path) -> str:
         "",
     ]
     for number, title, name, make in SECTIONS:
-        lines += _section(number, title, name, old, make, plt, _load(bench_dir / name), img)
+        load = LOADERS.get(name)
+        data = load(bench_dir) if load else _load(bench_dir / name)
+        lines += _section(number, title, name, old, make, plt, data, img)
     lines += PROXIES.splitlines()
     return "\n".join(lines).rstrip() + "\n"
 

@@ -91,7 +91,17 @@ __all__ = [
     "toolchain_file",
 ]
 
-COMPONENTS = ("toolchain", "qemu7", "qemu10", "plugin", "root", "all", "sglang-root", "sanitizers")
+COMPONENTS = (
+    "toolchain",
+    "qemu7",
+    "qemu10",
+    "plugin",
+    "root",
+    "all",
+    "sglang-root",
+    "sanitizers",
+    "peers",
+)
 VLENS = (128, 256, 512, 1024)
 INSNCOUNT_KEYS = ("total", "scalar", "vector", "vsetvl", "vmem")
 
