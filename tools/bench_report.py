@@ -11,7 +11,7 @@ not run if there is none - so one benchmark can be re-run and reported without t
 - ``x86.json`` (``nox -s bench-x86``): attention side by side on the x86 machine;
 - ``peers.json`` (``nox -s bench-peers``): llama.cpp's instructions per decoded token and per
   matrix-vector product under QEMU, set beside ours from ``e2e_riscv.json``,
-  ``e2e_riscv_projection.json`` and ``kernels.json``;
+  ``e2e_riscv_projection.json``, ``e2e_riscv_vlens.json`` and ``kernels.json``;
 - ``k1_model.json`` (``tools/k1_model.py``, run by ``nox -s bench-peers``): the projected
   time per token on a SpacemiT K1 and the model's check against published board figures.
 
@@ -401,6 +401,7 @@ PEER_MATVEC: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("w8a8_m1_k1536_n8960", ("q8_0",)),
     ("w4a8_m1_k1536_n8960_g128", ("q4_0",)),
 )
+PEER_SHORT = {"rvv": "bf16", "rvv-w8a8": "W8A8", "rvv-w4a8": "W4A8"}  # plot labels
 PEER_TARGET = 0.8  # ours / llama.cpp estimated cycles per token at VLEN 256 (issue 37)
 
 
@@ -422,7 +423,15 @@ def peers_section(plt: Any, data: dict[str, Any], img: Path) -> list[str]:
     peers: list[dict[str, Any]] = data["peers"]
     ours: list[dict[str, Any]] = data.get("ours") or []
     kernels: list[dict[str, Any]] = data.get("kernels") or []
-    decode = [r for r in peers if r.get("kind") == "decode" and r.get("arch") == "qwen2-1.5b"]
+    # The side-by-side shape: bench_peers' "main" set (its projection set's other layer
+    # counts and vocabularies feed the K1 model, section 5).
+    decode = [
+        r
+        for r in peers
+        if r.get("kind") == "decode"
+        and r.get("arch") == "qwen2-1.5b"
+        and r.get("set", "main") == "main"
+    ]
     out: list[str] = [*_run_line(peers[0])]
     first = peers[0]
     flags = first.get("build_flags", "?")
@@ -447,7 +456,11 @@ def peers_section(plt: Any, data: dict[str, Any], img: Path) -> list[str]:
             f"Decode, per token, Qwen2.5-1.5B layers x{decode[0].get('layers', '?')}, vocab "
             f"{decode[0].get('vocab', '?')}, context {decode[0].get('context', '?')} (the "
             f"shape of section 2). `ours / llama.cpp`: estimated cycles; the target is at "
-            f"most {PEER_TARGET} at VLEN 256.",
+            f"most {PEER_TARGET} at VLEN 256 (the K1's). At VLEN 256 ggml runs its RVV "
+            "repacked layouts for Q8_0 and Q4_0 (`repack` in the records); at 128 and 512 it "
+            "has none and falls back to dot products of a fixed vector length, which the "
+            "cycle model still charges at the full register width - so its VLEN-512 cycles "
+            "are overstated, and only VLEN 256 is a fair comparison.",
             "",
             "| weights | VLEN | ours | ours insns | ours est. cycles | llama.cpp | llama.cpp "
             "insns | llama.cpp est. cycles | ours / llama.cpp |",
@@ -462,7 +475,7 @@ def peers_section(plt: Any, data: dict[str, Any], img: Path) -> list[str]:
                         for r in ours
                         if r.get("mode") == mode
                         and r.get("vlen") == vlen
-                        and any(_same_shape(r, p) for p in decode)
+                        and _same_shape(r, decode[0])
                     ),
                     None,
                 )
@@ -485,25 +498,27 @@ def peers_section(plt: Any, data: dict[str, Any], img: Path) -> list[str]:
                         f"{_fmt(None if theirs is None else theirs.get('insns_per_token'))} | "
                         f"{_fmt(tc)} | {_fmt(ratio, '.2f')}{flag} |"
                     )
-                    chart.append((f"{mode} / {qtype}", vlen, mc, tc))
+                    chart.append((f"{PEER_SHORT.get(mode, mode)} / {qtype}", vlen, mc, tc))
         out.append("")
         shown = [c for c in chart if c[2] is not None or c[3] is not None]
         if shown:
-            labels = sorted({c[0] for c in shown})
+            labels = list(dict.fromkeys(c[0] for c in shown))  # PEER_PAIRS' order
             fig, ax = plt.subplots(figsize=(8, 4))
             series = ["ours", "llama.cpp"]
             slots = [(lab, v) for lab in labels for v in vlens]
 
             def height(name: str, slot: tuple[str, int]) -> float | None:
                 hit = next((c for c in shown if (c[0], c[1]) == slot), None)
-                return None if hit is None else (hit[2] if name == "ours" else hit[3])
+                value = None if hit is None else (hit[2] if name == "ours" else hit[3])
+                return None if value is None else value / 1e6
 
             width, ticks, bars = _grouped_bars(series, slots, height)
             for name, xs, ys in bars:
                 ax.bar(xs, ys, width=width, label=name)
             ax.set_xticks(ticks)
-            ax.set_xticklabels([f"{lab}\nVLEN {v}" for lab, v in slots], fontsize=7)
-            ax.set_ylabel("estimated DLEN-128 cycles per token")
+            ax.set_xticklabels([f"{lab}\n{v}" for lab, v in slots], fontsize=7)
+            ax.set_xlabel("ours / llama.cpp type, VLEN")
+            ax.set_ylabel("estimated DLEN-128 cycles per token (millions)")
             ax.legend(fontsize=8)
             _save(plt, fig, img / "peers_cycles_per_token.png")
             out += ["![cycles per token](performance/peers_cycles_per_token.png)", ""]
@@ -527,7 +542,7 @@ def peers_section(plt: Any, data: dict[str, Any], img: Path) -> list[str]:
                 )
                 mc = None if mine is None else mine.get("est_cycles_rvv")
                 mbytes = _case_weight_bytes(case)
-                for qtype in qtypes:
+                for qtype in [q for q in qtypes if any(r.get("qtype") == q for r in matvec)]:
                     theirs = next(
                         (r for r in matvec if r.get("qtype") == qtype and r["vlen"] == vlen),
                         None,
@@ -566,14 +581,18 @@ def _case_weight_bytes(case: str) -> int | None:
 
 
 def _peers_data(bench_dir: Path) -> dict[str, Any] | None:
-    """peers.json with our records it is set beside: section 2's e2e_riscv.json (and the
-    K1 model's runs of our decode step, e2e_riscv_projection.json) and kernels.json."""
+    """peers.json with our records it is set beside: section 2's e2e_riscv.json, the K1
+    model's runs of our decode step (e2e_riscv_projection.json, VLEN 256), our decode step at
+    the other VLENs when section 2's run is not at hand (e2e_riscv_vlens.json:
+    ``bench_e2e_riscv.py --mode rvv --mode rvv-w8a8 --vlen 128 --vlen 512 --out ...``) and
+    kernels.json."""
     peers = _load(bench_dir / "peers.json")
     if peers is None:
         return None
     ours = [
-        *(_load(bench_dir / "e2e_riscv.json") or []),
-        *(_load(bench_dir / "e2e_riscv_projection.json") or []),
+        record
+        for name in ("e2e_riscv.json", "e2e_riscv_projection.json", "e2e_riscv_vlens.json")
+        for record in _load(bench_dir / name) or []
     ]
     return {"peers": peers, "ours": ours, "kernels": _load(bench_dir / "kernels.json") or []}
 
