@@ -304,7 +304,8 @@ def bench_peers(session: nox.Session) -> None:
     then our decode step at the K1 model's shapes (bench_e2e_riscv.py --projection) and the
     K1 time model (tools/k1_model.py) over both.
 
-    Writes build/bench/peers.json, e2e_riscv_projection.json and k1_model.json.
+    Writes build/bench/peers.json, e2e_riscv_projection.json, e2e_riscv_vlens.json (our
+    decode step at VLEN 128 and 512) and k1_model.json (~35 min).
     ``nox -s bench-peers -- --quick``: a tiny shape at VLEN 256 and the model's arithmetic on
     it (a harness smoke check; *_quick.json, which bench-report does not read).
     """
@@ -313,6 +314,12 @@ def bench_peers(session: nox.Session) -> None:
     session.run("python", "tools/bench_peers.py", *session.posargs)
     if not quick:
         session.run("python", "tools/bench_e2e_riscv.py", "--projection")
+        # Our decode step at the other VLENs of the side by side (section 2's full run, when
+        # there is one, serves the report as well).
+        session.run(
+            "python", "tools/bench_e2e_riscv.py", "--mode", "rvv", "--mode", "rvv-w8a8",
+            "--vlen", "128", "--vlen", "512", "--out", "build/bench/e2e_riscv_vlens.json",
+        )  # fmt: skip
         session.run("python", "tools/k1_model.py")
 
 
