@@ -31,7 +31,7 @@ call of every op (token 1) are left out. (Whole-run counts of identical runs dif
 ~1.5 M instructions - addresses and hashing vary - more than a quick token (~1 M): an
 earlier version that subtracted two runs printed negative counts.) The section between two
 marks is checked to repeat: ``--quick`` runs every mode twice and requires positive
-per-token counts that agree within DETERMINISM (1%; seen: 0.03%). torch-native retires no
+per-token counts that agree within rvvtools.DETERMINISM (1%; seen: 0.03%). torch-native retires no
 vector instruction (Debian's torch 2.6 is built for rv64gc; the script checks this), so it is
 counted at the first VLEN only and reused for the others unless ``--native-all-vlens``.
 
@@ -79,6 +79,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,18 +93,6 @@ REPO = Path(__file__).resolve().parent.parent
 GUEST = REPO / "tools" / "guest" / "decode_step.py"
 MODES = ("torch-native", "rvv", "rvv-w8a8")
 NATIVE = "torch-native"
-COUNT_KEYS = (
-    "total",
-    "scalar",
-    "vector",
-    "vsetvl",
-    "vmem",
-    *rvvtools.EMUL_BUCKETS,
-    "vtype_unknown",
-)
-# How far per-token counts of identical runs may differ (seen: ~0.05%: a decode step's
-# Python still allocates and hashes a little differently from run to run).
-DETERMINISM = 0.01
 # Targets at VLEN 256 (issue 7), reported, not asserted.
 TARGETS = {"rvv": 15.0, "rvv-w8a8": 20.0}
 FULL_SHAPE: dict[str, int] = {}  # the guest's defaults: Qwen2.5-1.5B layers, 2 layers
@@ -209,18 +198,26 @@ def run_guest(
         why = f"killed after the {timeout:.0f} s timeout" if code < 0 else f"exit status {code}"
         raise RuntimeError(f"{run}: guest failed ({why})")
     say(f"[{run}] done in {seconds:.0f} s")
-    marks = rvvtools.parse_insncount_marks(counts_file)
-    labels = [label for label, _ in marks]
-    if labels != list(range(run.tokens + 1)):
-        raise RuntimeError(
-            f"{run}: the plugin recorded marks {labels}, expected 0..{run.tokens} "
-            "(a plugin built before marks existed? tools/provision.sh plugin rebuilds it)"
-        )
-    missing = [k for k in COUNT_KEYS if k not in marks[0][1]]
-    if missing:
-        raise RuntimeError(f"the insncount plugin predates EMUL counting (no {missing})")
+    marks = rvvtools.read_marks(counts_file, run.tokens, str(run))
     result: dict[str, Any] = json.loads(result_file.read_text())
-    return dict(marks), result, seconds
+    return marks, result, seconds
+
+
+def guest_runs(
+    wheels: list[Path], runs: list[Run], shape: dict[str, int], timeout: float, jobs: int
+) -> Iterator[tuple[Run, dict[int, dict[str, int]], dict[str, Any]]]:
+    """Runs `runs` (run_guest) in one guest venv holding `wheels`, `jobs` QEMU processes at
+    once; yields (run, its marks, its guest result) as each finishes."""
+    with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
+        work = Path(tmp)
+        say("[host] creating the guest venv (root Python 3.13 + torch 2.6 + the wheels)")
+        python = make_venv(work / "venv", wheels)
+        say(f"[host] {len(runs)} guest runs, {jobs} at a time, timeout {timeout:.0f} s each")
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(run_guest, python, r, shape, work, timeout): r for r in runs}
+            for future in concurrent.futures.as_completed(futures):
+                marks, result, _ = future.result()
+                yield futures[future], marks, result
 
 
 def agreement(tokens: list[int], reference: list[int]) -> str:
@@ -247,7 +244,7 @@ def prepare() -> list[Path]:
 def counts_record(marks: dict[int, dict[str, int]], lo: int, hi: int, vlen: int) -> dict[str, Any]:
     """Per-token fields of a record from one run's marks: the counts between the marks after
     tokens `lo` and `hi`, divided by ``hi - lo`` (raises if not positive)."""
-    pt = {k: (marks[hi][k] - marks[lo][k]) / (hi - lo) for k in COUNT_KEYS}
+    pt = rvvtools.counts_between(marks[hi], marks[lo], hi - lo)
     if pt["total"] <= 0:
         raise RuntimeError(f"VLEN {vlen}: {pt['total']} instructions per token")
     return {
@@ -279,39 +276,28 @@ def projection(args: argparse.Namespace, lo: int, hi: int, out: Path) -> int:
         for layers, vocab in PROJECTION_SHAPES
     ]
     records: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
-        work = Path(tmp)
-        say("[host] creating the guest venv (root Python 3.13 + torch 2.6 + the wheels)")
-        python = make_venv(work / "venv", wheels)
-        say(f"[host] {len(runs)} guest runs, {jobs} at a time, timeout {timeout:.0f} s each")
-        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = {
-                pool.submit(run_guest, python, r, FULL_SHAPE, work, timeout): r for r in runs
+    for run, marks, result in guest_runs(wheels, runs, FULL_SHAPE, timeout, jobs):
+        shape = {**GUEST_DEFAULTS, **run.shape(FULL_SHAPE)}
+        records.append(
+            {
+                "mode": run.mode,
+                "vlen": run.vlen,
+                "layers": shape["layers"],
+                "vocab": shape["vocab"],
+                "context": shape["context"],
+                **counts_record(marks, lo, hi, run.vlen),
+                "tokens": result["tokens"],
+                "decoded": [lo, hi],
+                "shape": "Qwen2.5-1.5B layers",
+                "projection": True,
+                "bench_wall_s": round(time.monotonic() - t_start),
+                **run_facts,
             }
-            for future in concurrent.futures.as_completed(futures):
-                run = futures[future]
-                marks, result, _ = future.result()
-                shape = {**GUEST_DEFAULTS, **run.shape(FULL_SHAPE)}
-                records.append(
-                    {
-                        "mode": run.mode,
-                        "vlen": run.vlen,
-                        "layers": shape["layers"],
-                        "vocab": shape["vocab"],
-                        "context": shape["context"],
-                        **counts_record(marks, lo, hi, run.vlen),
-                        "tokens": result["tokens"],
-                        "decoded": [lo, hi],
-                        "shape": "Qwen2.5-1.5B layers",
-                        "projection": True,
-                        "bench_wall_s": round(time.monotonic() - t_start),
-                        **run_facts,
-                    }
-                )
-                records.sort(key=lambda r: (r["vlen"], r["mode"], r["layers"], r["vocab"]))
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps(records, indent=2) + "\n")
-                say(f"[host] {len(records)}/{len(runs)} runs finished ({run}): {out} updated")
+        )
+        records.sort(key=lambda r: (r["vlen"], r["mode"], r["layers"], r["vocab"]))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(records, indent=2) + "\n")
+        say(f"[host] {len(records)}/{len(runs)} runs finished ({run}): {out} updated")
     say(f"\n{'mode':<10} {'VLEN':>5} {'layers':>6} {'vocab':>6} {'insns/token':>14} "
         f"{'est cycles/token':>17}")  # fmt: skip
     for r in records:
@@ -380,19 +366,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def per_token(run: Run) -> dict[str, float]:
         """Counts per token between the marks after tokens lo and hi; with repeats, checks
-        that every repeat agrees within DETERMINISM (else raises)."""
+        that every repeat agrees within rvvtools.DETERMINISM (else raises)."""
         got = []
         for r in range(reps):
             marks = counts[Run(run.mode, run.vlen, hi, r)]
-            a, b = marks[hi], marks[lo]
-            got.append({k: (a[k] - b[k]) / (hi - lo) for k in COUNT_KEYS})
-        totals = [g["total"] for g in got]
-        if min(totals) <= 0 or max(totals) > min(totals) * (1 + DETERMINISM):
-            raise RuntimeError(
-                f"{run.mode} VLEN {run.vlen}: instructions per token of identical runs "
-                f"{totals} are not positive or differ by more than {DETERMINISM:.1%}"
-            )
-        return got[0]
+            got.append(rvvtools.counts_between(marks[hi], marks[lo], hi - lo))
+        return rvvtools.agreeing(got, f"{run.mode} VLEN {run.vlen}")
 
     def add_records(vlen: int) -> None:
         """Records of every mode at `vlen` (all its runs and torch-native's are done)."""
@@ -447,24 +426,16 @@ def main(argv: list[str] | None = None) -> int:
         say(f"[host] VLEN {vlen} done: {out} updated")
 
     pending = list(vlens)
-    with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
-        work = Path(tmp)
-        say("[host] creating the guest venv (root Python 3.13 + torch 2.6 + the wheels)")
-        python = make_venv(work / "venv", wheels)
-        say(f"[host] {len(runs)} guest runs, {jobs} at a time, timeout {timeout:.0f} s each")
-        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(run_guest, python, r, shape, work, timeout): r for r in runs}
-            for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-                run = futures[future]
-                counts[run], results[run], _ = future.result()
-                elapsed = time.monotonic() - t_start
-                say(f"[host] {done}/{len(runs)} runs finished ({run}), {elapsed:.0f} s so far")
-                for vlen in list(pending):
-                    need = [r for r in runs if r.vlen in (vlen, native_vlen[vlen])]
-                    need = [r for r in need if r.vlen == vlen or r.mode == NATIVE]
-                    if all(r in counts for r in need):
-                        add_records(vlen)
-                        pending.remove(vlen)
+    for done, (run, marks, result) in enumerate(guest_runs(wheels, runs, shape, timeout, jobs), 1):
+        counts[run], results[run] = marks, result
+        elapsed = time.monotonic() - t_start
+        say(f"[host] {done}/{len(runs)} runs finished ({run}), {elapsed:.0f} s so far")
+        for vlen in list(pending):
+            need = [r for r in runs if r.vlen in (vlen, native_vlen[vlen])]
+            need = [r for r in need if r.vlen == vlen or r.mode == NATIVE]
+            if all(r in counts for r in need):
+                add_records(vlen)
+                pending.remove(vlen)
     wall = time.monotonic() - t_start
 
     header = (

@@ -53,7 +53,7 @@ prompt, divided by its tokens; matvec: between the mark after the warm-up produc
 after MATVEC_REPS more, divided by MATVEC_REPS. Estimated cycles: the same DLEN-128 model
 (``rvvtools.est_cycles``). ``--quick`` (a harness smoke check: a small Qwen2-shaped model at
 VLEN 256, Q4_0 and F16 decode, a Q4_0 prefill of 16 tokens and a Q4_0 matvec) runs everything
-twice and requires positive per-token counts that agree within DETERMINISM and every token
+twice and requires positive per-token counts that agree within rvvtools.DETERMINISM and every token
 decoded; every run must retire vector instructions.
 
 Writes ``build/bench/peers.json`` (``--quick``: ``peers_quick.json``; ``--projection``:
@@ -99,17 +99,6 @@ from peers import gguf_models
 
 REPO = Path(__file__).resolve().parent.parent
 WORK = REPO / "build" / "bench-peers"
-COUNT_KEYS = (
-    "total",
-    "scalar",
-    "vector",
-    "vsetvl",
-    "vmem",
-    *rvvtools.EMUL_BUCKETS,
-    "vtype_unknown",
-)
-# How far per-token counts of identical runs may differ (--quick checks it).
-DETERMINISM = 0.01
 SEED = 0
 VLENS = (256, 128, 512)
 MAIN_TYPES = ("f16", "q8_0", "q4_0")
@@ -249,7 +238,7 @@ def per_unit(case: Case, marks: dict[int, dict[str, int]], lo: int, hi: int) -> 
         a, b, n = marks[1], marks[0], case.prompt
     else:
         a, b, n = marks[MATVEC_REPS], marks[0], MATVEC_REPS
-    return {k: (a[k] - b[k]) / n for k in COUNT_KEYS}
+    return rvvtools.counts_between(a, b, n)
 
 
 def plan(args: argparse.Namespace, vlens: list[int]) -> list[Case]:
@@ -382,14 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         ]  # fmt: skip
         say(f"[{run}] start")
         result, seconds = run_driver(cmd, timeout, str(run))
-        marks = dict(rvvtools.parse_insncount_marks(counts_file))
-        last = expected_marks(run.case, hi)
-        if sorted(marks) != list(range(last + 1)):
-            raise RuntimeError(f"{run}: the plugin recorded marks {sorted(marks)}, "
-                               f"expected 0..{last}")  # fmt: skip
-        missing = [k for k in COUNT_KEYS if k not in marks[0]]
-        if missing:
-            raise RuntimeError(f"the insncount plugin predates EMUL counting (no {missing})")
+        marks = rvvtools.read_marks(counts_file, expected_marks(run.case, hi), str(run))
         if run.case.kind == "decode" and result.get("state") != "loaded":
             raise RuntimeError(f"{run}: the driver did not load the prompt state: {result}")
         say(f"[{run}] done in {seconds:.0f} s")
@@ -400,13 +382,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def add_record(case: Case, vlen: int) -> None:
         got = [per_unit(case, done_runs[Run(case, vlen, r)][0], lo, hi) for r in range(reps)]
-        totals = [g["total"] for g in got]
-        if min(totals) <= 0 or max(totals) > min(totals) * (1 + DETERMINISM):
-            raise RuntimeError(
-                f"{case} VLEN {vlen}: instructions per unit of identical runs {totals} are "
-                f"not positive or differ by more than {DETERMINISM:.1%}"
-            )
-        pt = got[0]
+        pt = rvvtools.agreeing(got, f"{case} VLEN {vlen}")
         if pt["vector"] <= 0:
             raise RuntimeError(f"{case} VLEN {vlen}: no vector instruction retired (an RVV build?)")
         _, result, seconds = done_runs[Run(case, vlen, 0)]

@@ -69,9 +69,13 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "DETERMINISM",
     "INSNCOUNT_MARK_MAGIC",
+    "MARK_KEYS",
+    "agreeing",
     "bf16_ulps",
     "cache_dir",
+    "counts_between",
     "cpu_string",
     "cross_sysroot",
     "describe_difference",
@@ -86,6 +90,7 @@ __all__ = [
     "qemu7",
     "qemu10",
     "qemu_cmd",
+    "read_marks",
     "riscv_root",
     "run_stamp",
     "toolchain_file",
@@ -278,6 +283,44 @@ def parse_insncount_marks(path: str | os.PathLike[str]) -> list[tuple[int, dict[
     return marks
 
 
+def read_marks(path: str | os.PathLike[str], last: int, what: str) -> dict[int, dict[str, int]]:
+    """The plugin's marks of one run, by label: labels must be exactly ``0..last`` and carry
+    every key of :data:`MARK_KEYS` (the EMUL buckets the cycle model needs). Raises
+    RuntimeError naming `what` (the run) otherwise."""
+    marks = parse_insncount_marks(path)
+    labels = [label for label, _ in marks]
+    if labels != list(range(last + 1)):
+        raise RuntimeError(
+            f"{what}: the plugin recorded marks {labels}, expected 0..{last} "
+            "(a plugin built before marks existed? tools/provision.sh plugin rebuilds it)"
+        )
+    missing = [k for k in MARK_KEYS if k not in marks[0][1]]
+    if missing:
+        raise RuntimeError(f"the insncount plugin predates EMUL counting (no {missing})")
+    return dict(marks)
+
+
+def counts_between(
+    end: Mapping[str, int], start: Mapping[str, int], units: float
+) -> dict[str, float]:
+    """The counts of :data:`MARK_KEYS` between two marks, divided by `units` (the tokens or
+    calls between them)."""
+    return {k: (end[k] - start[k]) / units for k in MARK_KEYS}
+
+
+def agreeing(runs: Sequence[dict[str, float]], what: str) -> dict[str, float]:
+    """The first of the per-unit counts of identical runs, after checking that every run's
+    total is positive and that they agree within :data:`DETERMINISM` (else RuntimeError
+    naming `what`)."""
+    totals = [r["total"] for r in runs]
+    if min(totals) <= 0 or max(totals) > min(totals) * (1 + DETERMINISM):
+        raise RuntimeError(
+            f"{what}: instructions per unit of identical runs {totals} are not positive or "
+            f"differ by more than {DETERMINISM:.1%}"
+        )
+    return runs[0]
+
+
 # ------------------------------------------------------------------------------ cycle model
 
 DLEN = 128
@@ -292,6 +335,12 @@ EMUL_BUCKETS = {
     "emul8": 8.0,
 }
 """The insncount plugin's EMUL buckets and the EMUL each stands for."""
+MARK_KEYS = (*INSNCOUNT_KEYS, *EMUL_BUCKETS, "vtype_unknown")
+"""The counts the benchmarks take from every mark: the plugin's classes, EMUL buckets and
+vector instructions of unknown vtype."""
+DETERMINISM = 0.01
+"""How far per-unit counts of identical runs may differ (seen: ~0.05% for a decode step in
+the emulated Python, whose allocations and hashing vary a little from run to run)."""
 
 
 def est_cycles(counts: Mapping[str, float], vlen: int) -> float:
