@@ -1,6 +1,6 @@
 // x86-64 AVX2 implementation of the vector layer (see vec.h for the contract).
 //
-// For x86-64 CPUs without AVX-512 (AMD Zen 1-3, Intel client cores): the same
+// For x86-64 CPUs with AVX2 but without AVX-512: the same
 // kernel sources vectorised with AVX2 + FMA + F16C, acting as a vector unit with
 // VLEN 256: F32<L>::V is L ymm registers (8 L fp32 lanes); setvl/vlmax as on RVV.
 // Loads and stores touch exactly `vl` elements: fp32/int32 tails by AVX masked

@@ -50,7 +50,8 @@ RVVK_ALWAYS_INLINE inline void qk_heads_dot(const bf16* qb, std::int64_t dim,
     const __m512 sums = _mm512_mul_ps(sum16(acc), sv);  // lanes as acc
     const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
     _mm512_mask_storeu_ps(scores + g0 * kBlock + c0, m, sums);
-    // Compressed in a register: vcompressps to memory is microcoded on Zen 4.
+    // Compressed in a register, then a masked store: vcompressps with a memory operand
+    // is microcoded (slow) on some AVX-512 cores.
     for (int h = 1; h < NH; ++h)
       _mm512_mask_storeu_ps(scores + (g0 + h) * kBlock + c0, m,
                             _mm512_maskz_compress_ps(static_cast<__mmask16>(m << (h * KS)), sums));
