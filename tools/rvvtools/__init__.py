@@ -53,8 +53,10 @@ target; or plain flags: ``clang++-16 --target=riscv64-linux-gnu --sysroot=ROOT -
 -fPIC -shared -fuse-ld=lld -std=c++17 -isystem ROOT/usr/include/torch/csrc/api/include
 op.cpp -ltorch_cpu -lc10``. Load it in the emulated Python with ``torch.ops.load_library``.
 
-Shared by the benchmarks: the DLEN-128 cycle model (:func:`est_cycles`) and the comparison of
-two runs' greedy tokens by their largest logits (:func:`first_difference`).
+Shared by the benchmarks: the plugin's marks of a run (:func:`read_marks`), counts per
+token or call between two marks (:func:`counts_between`), the repeat check of identical runs
+(:func:`agreeing`), the DLEN-128 cycle model (:func:`est_cycles`) and the comparison of two
+runs' greedy tokens by their largest logits (:func:`first_difference`).
 """
 
 from __future__ import annotations
