@@ -157,7 +157,7 @@ struct RotaryArgs {
 // load time. A packed weight is a PackedWeightHeader followed by panels of `panel`
 // output channels: panel p holds channels [p * panel, (p + 1) * panel) (the last one
 // zero-padded) for every k < k_padded (zero rows past k). Within a panel, k-major:
-//  - layout kRows (fp32, fp16, int8): element (k, j) at index k * panel + j;
+//  - layout kRows (fp32, fp16, int8, fp8 e4m3): element (k, j) at index k * panel + j;
 //  - layout kPairs (bf16): 32-bit word (k / 2, j) at index (k / 2) * panel + j holds
 //    W[j, k] in its low half and W[j, k + 1] in its high half.
 // `panel` is chosen from the packing CPU's VLEN (pack_weight_layout), but the kernels
@@ -169,7 +169,7 @@ enum class PackedLayout : std::int32_t { kRows = 0, kPairs = 1 };
 struct PackedWeightHeader {
   std::uint32_t magic = kPackedWeightMagic;
   std::uint32_t version = kPackedWeightVersion;
-  DType dtype = DType::kF32;  // kF32, kBF16, kF16 or kI8
+  DType dtype = DType::kF32;  // kF32, kBF16, kF16, kI8 or kFP8E4M3
   PackedLayout layout = PackedLayout::kRows;
   std::int64_t n = 0, k = 0;
   std::int64_t panel = 0;     // output channels per panel
@@ -182,7 +182,9 @@ inline std::int64_t linear_tasks(const PackedWeightHeader& h) {
   return h.panel > 0 ? (h.n + h.panel - 1) / h.panel : 0;
 }
 inline std::int64_t packed_element_bytes(DType dt) {
-  return dt == DType::kF32 ? 4 : dt == DType::kI8 ? 1 : 2;
+  return dt == DType::kF32                                              ? 4
+         : dt == DType::kI8 || dt == DType::kFP8E4M3 || dt == DType::kFP8E5M2 ? 1
+                                                                                : 2;
 }
 
 // y = x @ W^T + bias for a float weight (kF32, kBF16, kF16). fp32 accumulation.
@@ -212,6 +214,84 @@ struct Int8LinearArgs {
   const void* bias = nullptr;  // [n] or null
   DType out_dtype = DType::kF32;
   void* out = nullptr;
+  std::int64_t out_stride = 0;
+};
+
+// FP8 W8A16 with block scales (DeepSeek-V3 / Qwen3-FP8 checkpoints): W[j, k] =
+// fp8_e4m3(w[j, k]) * scales[k / block_k, j] (the op layer expands the [N / block_n,
+// K / block_k] scale blocks to one scale per channel). out[i, j] = bias[j] +
+// sum over k blocks b of scales[b, j] * sum_{k in b} x[i, k] * fp8(w[j, k]), fp32
+// arithmetic. fp8 is decoded in registers by integer operations (RVV has no fp8
+// arithmetic). The packed weight is a kFP8E4M3 PackedWeightHeader (layout kRows).
+struct Fp8LinearArgs {
+  std::int64_t m = 0;
+  DType x_dtype = DType::kF32;  // kF32, kBF16, kF16
+  const void* x = nullptr;      // [m, k], row stride x_stride elements
+  std::int64_t x_stride = 0;
+  const void* packed = nullptr;  // a kFP8E4M3 packed weight
+  const float* scales = nullptr;  // [ceil(k / block_k), n], row stride n
+  std::int64_t block_k = 0;       // >= 1
+  DType bias_dtype = DType::kF32;
+  const void* bias = nullptr;  // [n] or null
+  DType out_dtype = DType::kF32;
+  void* out = nullptr;  // [m, n], row stride out_stride elements
+  std::int64_t out_stride = 0;
+};
+
+// INT4 weights with groups along K (AWQ and GPTQ checkpoints):
+// W[j, k] = (q[j, k] - zeros[g, j]) * scales[g, j], g = k / group_size, q and zeros in
+// [0, 15]. A packed int4 weight is a PackedInt4Header followed by panels of `panel`
+// output channels (the last zero-padded) for every k < k_padded (k rounded up to even;
+// zero past k): byte (k / 2) * panel + j of panel p holds q[p * panel + j, k] in its low
+// nibble and q[p * panel + j, k + 1] in its high nibble (k even). group_size is even or
+// equal to k, so a byte never straddles two groups. Scales and zero points stay outside
+// the packed weight, [groups, n] each (groups = ceil(k / group_size)).
+inline constexpr std::uint32_t kPackedInt4Magic = 0x3456524bu;  // "KRV4"
+inline constexpr std::uint32_t kPackedInt4Version = 1;
+struct PackedInt4Header {
+  std::uint32_t magic = kPackedInt4Magic;
+  std::uint32_t version = kPackedInt4Version;
+  std::int64_t n = 0, k = 0;
+  std::int64_t group_size = 0;  // k positions per scale / zero-point group
+  std::int64_t panel = 0;       // output channels per panel
+  std::int64_t k_padded = 0;    // k rounded up to even
+  std::int64_t bytes = 0;       // header + panels
+  std::int64_t vlen_bits = 0;   // VLEN of the CPU that chose `panel` (information only)
+};
+static_assert(sizeof(PackedInt4Header) == kPackedWeightHeaderBytes, "packed int4 header size");
+inline std::int64_t int4_linear_tasks(const PackedInt4Header& h) {
+  return h.panel > 0 ? (h.n + h.panel - 1) / h.panel : 0;
+}
+inline std::int64_t int4_groups(const PackedInt4Header& h) {
+  return h.group_size > 0 ? (h.k + h.group_size - 1) / h.group_size : 0;
+}
+
+// INT4 linear, two forms over the same packed weight:
+//  - W4A8 (a != nullptr; what SGLang's int4_scaled_mm_cpu computes): a holds the rows
+//    quantised by quantize_int8_rows, and
+//    out[i, j] = bias[j] + sum over groups g, in order, of
+//                float(sum_{k in g} a[i, k] * (q[j, k] - zeros[g, j])) * a_scales[i]
+//                * scales[g, j]
+//    with the integer sums exact (int32) and each term rounded to fp32 in that order,
+//    accumulated in fp32 starting from the bias;
+//  - W4A16 (a == nullptr): x in kF32/kBF16/kF16, out[i, j] = bias[j] + sum_g scales[g, j]
+//    * sum_{k in g} x[i, k] * (q[j, k] - zeros[g, j]), fp32 arithmetic (the weight is
+//    dequantised in registers, never in memory).
+struct Int4LinearArgs {
+  std::int64_t m = 0;
+  DType x_dtype = DType::kF32;  // W4A16: kF32, kBF16, kF16
+  const void* x = nullptr;      // W4A16: [m, k], row stride x_stride elements
+  std::int64_t x_stride = 0;
+  const std::int8_t* a = nullptr;   // W4A8: [m, k], row stride a_stride
+  std::int64_t a_stride = 0;
+  const float* a_scales = nullptr;  // W4A8: [m]
+  const void* packed = nullptr;     // PackedInt4Header + panels, 4-byte aligned
+  const float* scales = nullptr;    // [groups, n], row stride n
+  const std::uint8_t* zeros = nullptr;  // [groups, n], row stride n, values 0..15
+  DType bias_dtype = DType::kF32;
+  const void* bias = nullptr;  // [n] or null
+  DType out_dtype = DType::kF32;
+  void* out = nullptr;  // [m, n], row stride out_stride elements
   std::int64_t out_stride = 0;
 };
 

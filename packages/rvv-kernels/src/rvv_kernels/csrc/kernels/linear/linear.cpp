@@ -17,42 +17,21 @@
 #include "rvvk/detail/dispatch.h"
 #include "rvvk/detail/vec.h"
 #include "rvvk/rvvk.h"
+#include "linear_common.h"
 
 namespace rvvk::RVVK_NS {
 namespace {
 
 using detail::TypeTag;
 
-// Weight bytes per panel group: a group is swept once per row block, so it should
-// stay in the L2 (the K1 has 512 KB per 4-core cluster).
-constexpr std::int64_t kGroupBytes = 192 * 1024;
-
 std::int64_t group_panels(const PackedWeightHeader& h) {
-  const std::int64_t panel_bytes = h.k_padded * h.panel * packed_element_bytes(h.dtype);
-  return std::max<std::int64_t>(1, kGroupBytes / std::max<std::int64_t>(1, panel_bytes));
+  return panels_per_group(h.k_padded * h.panel * packed_element_bytes(h.dtype));
 }
 
 const unsigned char* panel_data(const PackedWeightHeader& h, std::int64_t p) {
   return reinterpret_cast<const unsigned char*>(&h) + kPackedWeightHeaderBytes +
          p * h.k_padded * h.panel * packed_element_bytes(h.dtype);
 }
-
-// Converts `n` elements of dtype `dt` to fp32.
-void to_f32(DType dt, const void* src, float* dst, std::int64_t n) {
-  using F = vec::F32<4>;
-  detail::visit_activation(dt, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* s = static_cast<const T*>(src);
-    for (std::int64_t i = 0; i < n;) {
-      const std::size_t vl = F::setvl(static_cast<std::size_t>(n - i));
-      F::store(dst + i, F::load(s + i, vl), vl);
-      i += static_cast<std::int64_t>(vl);
-    }
-  });
-}
-
-// Up to 8 named accumulators (RVV vectors cannot live in arrays).
-#define RVVK_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
 // ---------------------------------------------------------------------------
 // Float GEMM micro-kernel: rows [0, MR) of xs (fp32, row stride xs_stride, k_padded
@@ -126,43 +105,6 @@ void float_rows(int mr, const PackedWeightHeader& h, const unsigned char* panel,
 }
 constexpr int kFloatBlockRows = 4;
 
-// Splits m rows into register blocks: all at once up to 8 (decode: the weights are
-// read once), else blocks of `block` rows.
-template <class Fn>
-void row_blocks(std::int64_t m, int block, Fn&& fn) {
-  if (m <= 8) {
-    if (m > 0) fn(0, static_cast<int>(m));
-    return;
-  }
-  for (std::int64_t r = 0; r < m; r += block) {
-    fn(r, static_cast<int>(std::min<std::int64_t>(block, m - r)));
-  }
-}
-
-// Runs fn(r, mr, p) for every register block of rows [r, r + mr) (row_blocks) and panel p
-// of [pb, pe): panels in groups of group_panels(h), each swept by all row blocks in turn.
-template <class Fn>
-void for_each_block(const PackedWeightHeader& h, std::int64_t m, int block, std::int64_t pb,
-                    std::int64_t pe, Fn&& fn) {
-  const std::int64_t group = group_panels(h);
-  for (std::int64_t g = pb; g < pe; g += group) {
-    const std::int64_t ge = std::min(pe, g + group);
-    row_blocks(m, block, [&](std::int64_t r, int mr) {
-      for (std::int64_t p = g; p < ge; ++p) fn(r, mr, p);
-    });
-  }
-}
-
-// The bias ([n], of dtype `dt`) in fp32; empty without one.
-std::vector<float> bias_f32(const void* bias, DType dt, std::int64_t n) {
-  std::vector<float> out;
-  if (bias) {
-    out.resize(static_cast<std::size_t>(n));
-    to_f32(dt, bias, out.data(), n);
-  }
-  return out;
-}
-
 template <class WT, class OutT>
 void linear_impl(const LinearArgs& a, const PackedWeightHeader& h, std::int64_t pb,
                  std::int64_t pe) {
@@ -177,7 +119,7 @@ void linear_impl(const LinearArgs& a, const PackedWeightHeader& h, std::int64_t 
   }
   const std::vector<float> bias = bias_f32(a.bias, a.bias_dtype, h.n);
   OutT* out = static_cast<OutT*>(a.out);
-  for_each_block(h, a.m, kFloatBlockRows, pb, pe, [&](std::int64_t r, int mr, std::int64_t p) {
+  for_each_block(group_panels(h), a.m, kFloatBlockRows, pb, pe, [&](std::int64_t r, int mr, std::int64_t p) {
     float_rows<WT, OutT>(mr, h, panel_data(h, p), xs.data() + r * kp, kp, p * h.panel,
                          a.bias ? bias.data() : nullptr, out + r * a.out_stride, a.out_stride);
   });
@@ -266,7 +208,7 @@ void int8_linear_impl(const Int8LinearArgs& a, const PackedWeightHeader& h, std:
   }
   const std::vector<float> bias = bias_f32(a.bias, a.bias_dtype, h.n);
   OutT* out = static_cast<OutT*>(a.out);
-  for_each_block(h, a.m, kInt8BlockRows, pb, pe, [&](std::int64_t r, int mr, std::int64_t p) {
+  for_each_block(group_panels(h), a.m, kInt8BlockRows, pb, pe, [&](std::int64_t r, int mr, std::int64_t p) {
     const auto run = [&](auto pair_tag) {
       int8_rows<decltype(pair_tag)::value, OutT>(
           mr, h, panel_data(h, p), a.a + r * a.a_stride, a.a_stride, a.a_scales + r,
