@@ -172,8 +172,17 @@ def _abort_one(url: str) -> int:
 
 
 def run_server(
-    model: Path, backend: str, *, routed: bool, tmp: Path, kv_cache_dtype: str = "auto"
+    model: Path,
+    backend: str,
+    *,
+    routed: bool,
+    tmp: Path,
+    kv_cache_dtype: str = "auto",
+    dtype: str = DTYPE,
+    score: bool | None = None,
 ) -> Results:
+    """Starts a server, runs the module's workload on it and stops it. ``score`` (default: an
+    ``rvv`` server without routing) also scores the teacher-forced passages."""
     import openai
 
     port = _free_port()
@@ -181,7 +190,7 @@ def run_server(
     env = dict(os.environ)
     env["SGLANG_USE_CPU_ENGINE"] = "1"
     env["SGLANG_RVV_LAYERS"] = "1" if routed else "0"
-    name = f"{backend}-{int(routed)}-{kv_cache_dtype}"
+    name = f"{model.name}-{backend}-{int(routed)}-{kv_cache_dtype}-{dtype}"
     stats_dir = tmp / f"stats-{name}"
     env["SGLANG_RVV_LAYER_STATS"] = str(stats_dir)
     # serve.py's command line (CPU device, host, --max-total-tokens) plus ours.
@@ -192,12 +201,12 @@ def run_server(
             "--chunked-prefill-size", str(CHUNK),
             "--enable-cache-report",
             "--random-seed", "0",
-            "--dtype", DTYPE,
+            "--dtype", dtype,
             "--kv-cache-dtype", kv_cache_dtype,
         ],
         model,
     )  # fmt: skip
-    log = tmp / f"server-{model.name}-{name}.log"
+    log = tmp / f"server-{name}.log"
     started = time.monotonic()
     with open(log, "wb") as out:
         proc = subprocess.Popen(
@@ -221,7 +230,7 @@ def run_server(
                 )
             res.abort_chunks = _abort_one(url)
             res.after_abort = _complete(client, prompts[5])
-            if backend == "rvv" and not routed:
+            if score if score is not None else backend == "rvv" and not routed:
                 res.scored = [_score(client, text) for text in _passages()]
             time.sleep(1.5)  # let the scheduler flush its op counts
             res.log = log.read_text(errors="replace")

@@ -175,6 +175,44 @@ def test_linear_routing() -> None:
         assert e <= bound, f"{name}: {e} > {bound}"
 
 
+def test_w8a8_linear_routing() -> None:
+    """SGLang's W8A8Int8LinearMethod, which asserts on a CPU without AMX or arm64, loads and
+    runs through convert_weight_packed + int8_scaled_mm_with_quant with routing on: the
+    result is SGLang's W8A8 arithmetic (per-token int8 activations, exact int32 sums)."""
+    code = """
+        import json, torch
+        from sglang.srt.plugins import load_plugins
+        load_plugins()
+        from sglang_rvv import layers
+        from sglang.srt.layers.quantization.w8a8_int8 import W8A8Int8Config, W8A8Int8LinearMethod
+        torch.manual_seed(0)
+        errs = {}
+        for dt in (torch.bfloat16, torch.float16):
+            for n, k, m in ((96, 64, 1), (17, 33, 5), (176, 64, 40)):
+                layer = torch.nn.Module()
+                meth = W8A8Int8LinearMethod(W8A8Int8Config({}))
+                meth.create_weights(layer, k, [n], k, n, dt, weight_loader=None)
+                layer.weight.data.copy_(torch.randint(-127, 128, (n, k), dtype=torch.int8))
+                layer.weight_scale.data.copy_(torch.rand(n, 1) / 100 + 1e-3)
+                w = layer.weight.data.double() * layer.weight_scale.data.double()
+                meth.process_weights_after_loading(layer)
+                x, bias = torch.randn(m, k, dtype=dt), torch.randn(n, dtype=dt)
+                got = meth.apply(layer, x, bias)
+                # reference: SGLang's per-token quantisation of x, exact products
+                amax = x.float().abs().amax(dim=1, keepdim=True).clamp_min(1e-10)
+                xq = torch.round(x.float() * (127 / amax)).clamp(-127, 127).double()
+                ref = (xq * (amax.double() / 127)) @ w.T + bias.double()
+                scale = ref.abs().max().item()
+                errs[f"{dt}-{n}x{k}x{m}"] = float((got.double() - ref).abs().max()) / scale
+        print(json.dumps({"calls": dict(layers.CALLS), "errs": errs}))
+    """
+    out, _ = _run(code, SGLANG_RVV_LAYERS="1")
+    assert out["calls"].get("convert_weight_packed", 0) == 6
+    assert out["calls"].get("int8_scaled_mm_with_quant", 0) == 6
+    for name, e in out["errs"].items():
+        assert e <= 1e-2, f"{name}: {e} relative to the largest output"
+
+
 def test_torch_compile_is_refused_clearly() -> None:
     from types import SimpleNamespace
 

@@ -5,6 +5,9 @@ model with a few hundred thousand parameters is initialised with a fixed seed an
 few hundred steps on the same corpus (so that greedy decoding produces recognisable text
 rather than noise, and the top logit is rarely a near-tie), and both are saved in the Hugging
 Face layout SGLang loads. ``python -m sglang_rvv.demo --out DIR [--arch qwen2|llama]``.
+
+``--quant FORMAT`` writes the same model quantised (:mod:`sglang_rvv.quant`: ``w8a8``), and
+``--dequantized`` with it that checkpoint's fp32 dequantised twin.
 """
 
 from __future__ import annotations
@@ -180,13 +183,62 @@ def ensure(arch: str = "qwen2", out: Path | None = None) -> Path:
     return build(target, arch)
 
 
+def quant_dir(arch: str, fmt: str, *, dequantized: bool = False) -> Path:
+    """Where the quantised demo model (or its dequantised twin) is cached."""
+    base = default_dir(arch)
+    return base.with_name(f"{base.name}-{fmt}{'-dequant-fp32' if dequantized else ''}")
+
+
+def ensure_quantized(
+    arch: str = "qwen2", fmt: str = "w8a8", *, dequantized: bool = False, out: Path | None = None
+) -> Path:
+    """The demo model quantised in ``fmt`` (or its dequantised twin), written from the demo
+    model (built first if needed) when missing or older than it."""
+    from sglang_rvv import quant
+
+    src = ensure(arch)
+    target = out or quant_dir(arch, fmt, dequantized=dequantized)
+    stamp = target / "rvv_sglang_quant.json"
+    want = {
+        "source_format_version": FORMAT_VERSION,
+        "arch": arch,
+        "quant": fmt,
+        "dequantized": dequantized,
+        "quant_version": quant.VERSION,
+    }
+    if stamp.is_file():
+        try:
+            if json.loads(stamp.read_text()) == want:
+                return target
+        except ValueError:
+            pass
+    quant.write(src, target, fmt, dequantized=dequantized)
+    stamp.write_text(json.dumps(want, indent=2))
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sglang_rvv.demo", description=__doc__)
     parser.add_argument("--arch", choices=ARCHS, default="qwen2", help="model family")
     parser.add_argument("--out", type=Path, help="target directory (default: the cache)")
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    parser.add_argument("--quant", help="write the model quantised in this format (w8a8)")
+    parser.add_argument(
+        "--dequantized", action="store_true", help="with --quant: its fp32 dequantised twin"
+    )
     args = parser.parse_args(argv)
-    if args.force:
+    if args.dequantized and not args.quant:
+        parser.error("--dequantized needs --quant")
+    if args.quant:
+        from sglang_rvv import quant
+
+        if args.quant not in quant.FORMATS:
+            parser.error(f"--quant {args.quant}: expected one of {', '.join(quant.FORMATS)}")
+        if args.force:
+            stamp = args.out or quant_dir(args.arch, args.quant, dequantized=args.dequantized)
+            (stamp / "rvv_sglang_quant.json").unlink(missing_ok=True)
+        path = ensure_quantized(args.arch, args.quant, dequantized=args.dequantized, out=args.out)
+    elif args.force:
         path = build(args.out or default_dir(args.arch), args.arch)
     else:
         path = ensure(args.arch, args.out)

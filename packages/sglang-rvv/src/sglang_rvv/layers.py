@@ -21,7 +21,15 @@ SGLang method                                                   RVV op
 ``rotary_embedding.base.RotaryEmbedding.forward_native``        ``rotary_embedding_cpu``
 ``quantization.unquant.UnquantizedLinearMethod``                ``convert_weight_packed`` once at
 (``process_weights_after_loading``, ``apply``)                  load, ``weight_packed_linear``
+``quantization.w8a8_int8.W8A8Int8LinearMethod``                 ``convert_weight_packed`` (int8)
+(``process_weights_after_loading``, ``apply``)                  once at load,
+                                                                ``int8_scaled_mm_with_quant``
 =============================================================  =================================
+
+SGLang's W8A8 int8 linear method refuses to load on a CPU without AMX or arm64 (its
+``process_weights_after_loading`` asserts); with routing on, a W8A8 checkpoint loads and its
+linear layers run SGLang's AMX arithmetic (per-token int8 activations, exact int32 sums,
+``(acc * a_scale) * w_scale + bias``) in rvv-ops' W8A8 kernels.
 
 A ``post_residual_addition`` is folded into the residual first, as SGLang's AMX branch does;
 cases the ops do not cover exactly (a norm with ``variance_size_override``, fp32 residuals or
@@ -54,7 +62,7 @@ logger = logging.getLogger("sglang_rvv")
 CALLS: Counter[str] = Counter()
 """Op calls routed by the hooks in this process (op name -> count)."""
 
-_LINEAR_OPS = ("convert_weight_packed", "weight_packed_linear")
+_LINEAR_OPS = ("convert_weight_packed", "weight_packed_linear", "int8_scaled_mm_with_quant")
 _last_flush = 0.0
 _enabled: bool | None = None
 _routed: tuple[str, ...] = ()
@@ -312,6 +320,48 @@ def linear_apply(
     return out.view(*shape[:-1], out.shape[-1])
 
 
+def w8a8_process_weights(original: Callable[..., Any], self: Any, layer: torch.nn.Module) -> Any:
+    """Packs a 2-D int8 CPU weight once (the W8A8 kernels' layout) instead of SGLang's CPU
+    branch, which needs AMX or arm64; other devices and layouts go to SGLang's method."""
+    weight = getattr(layer, "weight", None)
+    scale = getattr(layer, "weight_scale", None)
+    if not (
+        isinstance(weight, torch.Tensor)
+        and isinstance(scale, torch.Tensor)
+        and weight.dim() == 2
+        and weight.dtype == torch.int8
+        and weight.device.type == "cpu"
+        and not getattr(layer, "use_intel_amx_backend", False)
+    ):
+        return original(self, layer)
+    packed = _sgl.convert_weight_packed(weight.data)
+    _count("convert_weight_packed")
+    layer.weight = torch.nn.Parameter(packed, requires_grad=False)
+    layer.weight_scale = torch.nn.Parameter(
+        scale.data.to(torch.float32).reshape(-1).contiguous(), requires_grad=False
+    )
+    setattr(layer, _PACKED, True)
+    return None
+
+
+def w8a8_apply(
+    original: Callable[..., Any],
+    self: Any,
+    layer: torch.nn.Module,
+    x: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> Any:
+    """``int8_scaled_mm_with_quant`` (per-token int8 activations) for layers packed by
+    :func:`w8a8_process_weights`."""
+    if not getattr(layer, _PACKED, False) or x.dtype not in _GEMM_DTYPES:
+        return original(self, layer, x, bias)
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1])
+    _count("int8_scaled_mm_with_quant")
+    out = _sgl.int8_scaled_mm_with_quant(x2, layer.weight, layer.weight_scale, bias, x.dtype, True)
+    return out.view(*shape[:-1], out.shape[-1])
+
+
 _BASE = "sglang.srt.layers."
 HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (_BASE + "layernorm.RMSNorm.forward_native", rmsnorm_forward),
@@ -327,6 +377,11 @@ LINEAR_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
         linear_process_weights,
     ),
     (_BASE + "quantization.unquant.UnquantizedLinearMethod.apply", linear_apply),
+    (
+        _BASE + "quantization.w8a8_int8.W8A8Int8LinearMethod.process_weights_after_loading",
+        w8a8_process_weights,
+    ),
+    (_BASE + "quantization.w8a8_int8.W8A8Int8LinearMethod.apply", w8a8_apply),
 )
 
 

@@ -304,6 +304,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--demo-arch", choices=("qwen2", "llama"), default="qwen2", help="which demo model"
     )
     parser.add_argument(
+        "--demo-quant",
+        choices=("w8a8",),
+        help="serve the demo model quantised in this format (sglang_rvv.quant); its linear "
+        "layers need the RVV ops, so SGLANG_RVV_LAYERS defaults to 1",
+    )
+    parser.add_argument(
         "--ready-timeout", type=float, default=900, help="seconds to wait for /health"
     )
     parser.add_argument(
@@ -317,15 +323,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="do not pass --sleep-on-idle (SGLang's scheduler then polls, using a core, when idle)",
     )
     args, extra = parser.parse_known_args(argv)
+    if args.model_path and args.demo_quant:
+        parser.error("--demo-quant serves the demo model: drop --model-path")
 
+    env = dict(os.environ)
     if args.model_path:
         model: Path | None = Path(args.model_path)
     else:
         from sglang_rvv import demo
 
-        print(f"[serve] demo model ({args.demo_arch}) ...", flush=True)
-        model = demo.ensure(args.demo_arch)
-    env = dict(os.environ)
+        what = f"{args.demo_arch}, {args.demo_quant}" if args.demo_quant else args.demo_arch
+        print(f"[serve] demo model ({what}) ...", flush=True)
+        if args.demo_quant:
+            model = demo.ensure_quantized(args.demo_arch, args.demo_quant)
+            env.setdefault("SGLANG_RVV_LAYERS", "1")
+            print(f"[serve] SGLANG_RVV_LAYERS={env['SGLANG_RVV_LAYERS']}", flush=True)
+        else:
+            model = demo.ensure(args.demo_arch)
     env.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     raise_open_files_limit()
     cmd = server_command(extra, model, sleep_on_idle=not args.no_sleep_on_idle)

@@ -1,0 +1,137 @@
+"""End to end: quantised demo checkpoints served through the RVV ops.
+
+The W8A8 demo checkpoint (:mod:`sglang_rvv.quant`) is served by SGLang with
+``--attention-backend rvv`` and layer routing on (its linear layers in rvv-ops'
+``int8_scaled_mm_with_quant``; without routing SGLang refuses to load it on a CPU without AMX
+or arm64), and its dequantised fp32 twin (the same weights, q * scale in fp32, no quantisation)
+by ``torch_native`` without routing in fp32. Both score the same corpus passages teacher-forced
+(over 1,000 positions, see ``test_e2e._passages``) and run the greedy workload of
+``test_e2e``.
+
+Bound. The W8A8 server differs from the reference by (a) bf16 activations and KV cache
+against fp32 and (b) the per-token int8 quantisation of every linear layer's input. (a) alone
+is measured by a third server: the dequantised twin served through the RVV ops in bf16. For
+(b): an int8 element's rounding error is uniform with step amax / 127 (amax: the row's largest
+magnitude) whatever the element's size, rms amax / (127 sqrt 12); bf16's is relative, rms
+about |x| 2^-9 / sqrt 3. In a dot product the errors add up in quadrature, so (b) over (a) is
+about 2 amax / rms(x) of the row, which for these activations (no outlier channels in a tiny
+model trained briefly) is taken as at most 3: the W8A8 server's largest text-token logprob
+difference may be ``W8A8_ERROR_FACTOR`` times the bf16 server's, and its teacher-forced top-1
+agreement at least ``W8A8_TOP1``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sglang_rvv import demo
+from test_e2e import Results, _prompts, run_server
+
+W8A8_TOP1 = 0.98
+"""Share of teacher-forced positions whose top-1 token agrees with the dequantised fp32 model."""
+W8A8_ERROR_FACTOR = 6.0
+"""Bound on the W8A8 server's largest text-token logprob difference from the dequantised fp32
+model, in units of the same difference of the bf16 server (see the module docstring)."""
+
+_CACHE: dict[tuple[str, str], Results] = {}
+
+
+@pytest.fixture(scope="module")
+def quant_served(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("e2e-quant")
+
+    def get(fmt: str, which: str) -> Results:
+        key = (fmt, which)
+        if key not in _CACHE:
+            if which == "rvv":
+                model = demo.ensure_quantized("qwen2", fmt)
+                _CACHE[key] = run_server(model, "rvv", routed=True, tmp=tmp, score=True)
+            elif which == "bf16":
+                model = demo.ensure_quantized("qwen2", fmt, dequantized=True)
+                _CACHE[key] = run_server(model, "rvv", routed=True, tmp=tmp, score=True)
+            else:
+                model = demo.ensure_quantized("qwen2", fmt, dequantized=True)
+                _CACHE[key] = run_server(
+                    model, "torch_native", routed=False, tmp=tmp, dtype="float32", score=True
+                )
+        return _CACHE[key]
+
+    return get
+
+
+def test_w8a8_checkpoint_is_quantised_as_sglang_reads_it() -> None:
+    import json
+
+    from safetensors.torch import load_file
+
+    path = demo.ensure_quantized("qwen2", "w8a8")
+    config = json.loads((path / "config.json").read_text())
+    assert config["quantization_config"] == {"quant_method": "w8a8_int8"}
+    tensors = load_file(str(path / "model.safetensors"))
+    q = tensors["model.layers.0.mlp.gate_proj.weight"]
+    s = tensors["model.layers.0.mlp.gate_proj.weight_scale"]
+    assert str(q.dtype) == "torch.int8" and tuple(s.shape) == (q.shape[0], 1)
+    assert int(q.abs().amax(dim=1).min()) == 127  # every row uses the full range
+    twin = load_file(
+        str(demo.ensure_quantized("qwen2", "w8a8", dequantized=True) / "model.safetensors")
+    )
+    w = twin["model.layers.0.mlp.gate_proj.weight"]
+    assert str(w.dtype) == "torch.float32"
+    assert bool((w == q.float() * s).all())
+    assert str(tensors["lm_head.weight"].dtype) == "torch.float32"  # not quantised
+
+
+def _teacher_forced(ours: Results, ref: Results) -> tuple[int, int, float]:
+    """(positions, same top-1, largest |logprob difference| of the text tokens)."""
+    positions = same = 0
+    worst = 0.0
+    for a, b in zip(ours.scored, ref.scored, strict=True):
+        assert a.tokens == b.tokens
+        positions += len(a.tokens)
+        same += sum(x == y for x, y in zip(a.top1, b.top1, strict=True))
+        worst = max([worst, *(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True))])
+    return positions, same, worst
+
+
+def test_w8a8_teacher_forced_agrees_with_the_dequantised_model(quant_served: Any) -> None:
+    ref = quant_served("w8a8", "ref")
+    positions, same, worst = _teacher_forced(quant_served("w8a8", "rvv"), ref)
+    _, same_bf16, worst_bf16 = _teacher_forced(quant_served("w8a8", "bf16"), ref)
+    print(
+        f"[e2e-quant] w8a8 (rvv, bf16) vs dequantised fp32 (torch_native): {positions} "
+        f"positions, top-1 {same}/{positions} ({same / positions:.4f}), max |logprob diff| "
+        f"{worst:.4f}; the same weights unquantised in bf16 (rvv): top-1 {same_bf16}/"
+        f"{positions}, max |logprob diff| {worst_bf16:.4f}"
+    )
+    assert positions >= 500
+    assert same / positions >= W8A8_TOP1
+    assert worst <= W8A8_ERROR_FACTOR * worst_bf16
+
+
+def test_w8a8_generates_the_corpus_and_ran_the_int8_ops(quant_served: Any) -> None:
+    ours, ref = quant_served("w8a8", "rvv"), quant_served("w8a8", "ref")
+    assert "memory at about ten gigabytes" in ours.sequential[0].text
+    same = sum(a.tokens == b.tokens for a, b in zip(ours.sequential, ref.sequential, strict=True))
+    print(f"[e2e-quant] w8a8 greedy: {same}/{len(_prompts())} completions token-identical")
+    stats = ours.stats
+    # 2 layers x (qkv, o, gate_up, down) packed once; every linear call through the W8A8 op
+    assert stats.get("convert_weight_packed") == 8, stats
+    assert stats.get("int8_scaled_mm_with_quant", 0) >= 8, stats
+    assert "weight_packed_linear" not in stats, stats  # no linear layer stayed unquantised
+    assert not [k for k in stats if k.startswith("attention") and not k.endswith(":kernel")], stats
+    assert "W8A8Int8LinearMethod on CPU only works" not in ours.log
+
+
+def test_w8a8_without_routing_is_refused_by_sglang_on_this_cpu(tmp_path: Path) -> None:
+    """What routing fixes: SGLang alone cannot load a W8A8 checkpoint on a CPU without AMX or
+    arm64 (an x86 CPU with AMX would load it with sgl-kernel's own CPU build)."""
+    from sglang.srt.utils import cpu_has_amx_support
+
+    if cpu_has_amx_support():  # pragma: no cover - not this machine
+        pytest.fail("this host has AMX: the refusal cannot be shown here")
+    with pytest.raises(AssertionError, match="only works on AMX or Arm64"):
+        run_server(
+            demo.ensure_quantized("qwen2", "w8a8"), "rvv", routed=False, tmp=tmp_path, score=False
+        )
