@@ -58,3 +58,67 @@ def test_demo_cli_checks_its_quant_arguments(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit):
         demo.main(["--quant", "nf4"])
     assert "--quant nf4: expected one of w8a8" in capsys.readouterr().err
+
+
+def test_int4_is_asymmetric_round_to_nearest_per_group() -> None:
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(24, 48, generator=g)
+    w[3, :16] = torch.rand(16, generator=g) + 0.5  # an all-positive group: zero 0
+    q, zeros, scales = quant.quantize_int4(w, 16)
+    assert q.shape == (24, 48) and zeros.shape == scales.shape == (3, 24)
+    assert int(q.max()) <= 15 and scales.dtype == torch.float16
+    assert int(zeros[0, 3]) == 0
+    deq = quant.dequantize_int4(q, zeros, scales)
+    step = scales.float().T.repeat_interleave(16, dim=1)
+    assert bool(((w - deq).abs() <= step / 2 * (1 + 1e-3) + 1e-6).all())
+    with pytest.raises(ValueError, match="K a multiple of group=16"):
+        quant.quantize_int4(torch.ones(4, 20), 16)
+
+
+def _nibble(words: torch.Tensor, shift: int) -> torch.Tensor:
+    return (words.to(torch.int64) >> shift) & 0xF
+
+
+def test_awq_and_gptq_layouts_hold_every_nibble_where_the_format_puts_it() -> None:
+    g = torch.Generator().manual_seed(2)
+    q = torch.randint(0, 16, (16, 32), generator=g, dtype=torch.uint8)
+    zeros = torch.randint(1, 16, (2, 16), generator=g, dtype=torch.uint8)
+    qw, qz = quant.pack_awq(q, zeros)
+    assert qw.shape == (32, 2) and qz.shape == (2, 2) and qw.dtype == torch.int32
+    order = (0, 4, 1, 5, 2, 6, 3, 7)
+    for n in range(16):
+        for k in range(32):
+            assert int(_nibble(qw[k, n // 8], 4 * order[n % 8])) == int(q[n, k])
+        assert int(_nibble(qz[1, n // 8], 4 * order[n % 8])) == int(zeros[1, n])
+    qw, qz = quant.pack_gptq(q, zeros)
+    assert qw.shape == (4, 16) and qz.shape == (2, 2)
+    for n in range(16):
+        for k in range(32):
+            assert int(_nibble(qw[k // 8, n], 4 * (k % 8))) == int(q[n, k])
+        assert int(_nibble(qz[0, n // 8], 4 * (n % 8))) == int(zeros[0, n]) - 1
+
+
+@pytest.mark.parametrize("fmt", ["awq", "gptq"])
+def test_int4_checkpoints_and_their_twins(fmt: str) -> None:
+    import json
+
+    from safetensors.torch import load_file
+
+    path = demo.ensure_quantized("qwen2", fmt)
+    config = json.loads((path / "config.json").read_text())["quantization_config"]
+    assert config["quant_method"] == fmt and config["bits"] == 4
+    assert config["group_size"] == quant.INT4_GROUP
+    t = load_file(str(path / "model.safetensors"))
+    base = "model.layers.1.mlp.down_proj"  # K = 176: 11 groups of 16
+    assert t[f"{base}.scales"].shape == (11, 64) and t[f"{base}.scales"].dtype == torch.float16
+    assert t[f"{base}.qzeros"].shape == (11, 8)
+    assert t[f"{base}.qweight"].shape == ((176, 8) if fmt == "awq" else (22, 64))
+    twin = load_file(
+        str(demo.ensure_quantized("qwen2", fmt, dequantized=True) / "model.safetensors")
+    )
+    w = twin[f"{base}.weight"]
+    assert w.shape == (64, 176) and w.dtype == torch.float32
+    # the twin is the dequantised checkpoint: values on each group's grid
+    s = t[f"{base}.scales"].float().T.repeat_interleave(16, dim=1)
+    steps = w / s
+    assert bool(((steps - steps.round()).abs() < 1e-3).all())

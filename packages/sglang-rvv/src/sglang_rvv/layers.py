@@ -26,6 +26,16 @@ SGLang method                                                   RVV op
                                                                 ``int8_scaled_mm_with_quant``
 =============================================================  =================================
 
+AWQ and GPTQ int4 checkpoints: SGLang uses its CPU quantisation configs (``AWQCPUConfig``,
+``CPUGPTQConfig``, whose kernels call ``convert_weight_packed_scale_zp`` once at load and
+``int4_scaled_mm_cpu``) only on AMX CPUs and otherwise picks the GPU ones, which cannot run on
+a CPU. With routing on, a hook on ``quantization.get_quantization_config`` gives the CPU
+configs on any CPU when rvv-ops has the INT4 ops; hooks on their kernels count the calls,
+refuse GPTQ act-order (a ``g_idx`` that is not ``k // group_size``: SGLang's CPU kernel would
+silently ignore it) and, with ``SGLANG_RVV_INT4_ACT=none``, run rvv-ops' W4A16
+``int4_w4a16_mm_cpu`` (activations not quantised) instead of SGLang's W4A8 (``int8``, the
+default).
+
 SGLang's W8A8 int8 linear method refuses to load on a CPU without AMX or arm64 (its
 ``process_weights_after_loading`` asserts); with routing on, a W8A8 checkpoint loads and its
 linear layers run SGLang's AMX arithmetic (per-token int8 activations, exact int32 sums,
@@ -362,6 +372,81 @@ def w8a8_apply(
     return out.view(*shape[:-1], out.shape[-1])
 
 
+_INT4_OPS = ("convert_weight_packed_scale_zp", "int4_scaled_mm_cpu", "int4_w4a16_mm_cpu")
+_INT4_FORMATS = ("awq", "gptq")
+
+
+def int4_ops_available() -> bool:
+    """True when the installed rvv-ops has the INT4 ops."""
+    import rvv_ops  # noqa: F401  (registers the ops)
+
+    return all(hasattr(torch.ops.sgl_kernel, op) for op in _INT4_OPS)
+
+
+def int4_activations() -> str:
+    """``SGLANG_RVV_INT4_ACT``: ``int8`` (default: W4A8, SGLang's arithmetic) or ``none``
+    (W4A16)."""
+    value = os.environ.get("SGLANG_RVV_INT4_ACT", "int8").strip().lower()
+    if value not in ("int8", "none"):
+        raise ValueError(f"SGLANG_RVV_INT4_ACT={value!r}: expected int8 or none")
+    return value
+
+
+def quantization_config(original: Callable[..., Any], quantization: str) -> Any:
+    """SGLang's CPU config for ``awq`` / ``gptq`` on any CPU (SGLang picks it only with AMX)."""
+    cls = original(quantization)
+    if quantization in _INT4_FORMATS:
+        from sglang.srt.utils import is_cpu
+
+        if is_cpu() and int4_ops_available():
+            from sglang.srt.layers.quantization import CPU_QUANTIZATION_METHODS
+
+            return CPU_QUANTIZATION_METHODS[quantization]
+    return cls
+
+
+def _check_g_idx(layer: torch.nn.Module) -> None:
+    g_idx = getattr(layer, "g_idx", None)
+    scales = getattr(layer, "scales", None)
+    if not isinstance(g_idx, torch.Tensor) or not isinstance(scales, torch.Tensor):
+        return
+    k = g_idx.numel()
+    groups = scales.shape[0]
+    if k == 0 or groups == 0 or k % groups:
+        return
+    expected = torch.arange(k, device=g_idx.device) // (k // groups)
+    if not torch.equal(g_idx.to(expected.dtype), expected):
+        raise ValueError(
+            "sglang-rvv: this GPTQ checkpoint uses act-order (desc_act: g_idx permutes the "
+            f"{k} input channels among the {groups} groups); the CPU int4 kernels take "
+            "contiguous groups only. Re-quantise without desc_act (or with static groups)."
+        )
+
+
+def int4_process_weights(original: Callable[..., Any], self: Any, layer: torch.nn.Module) -> Any:
+    """SGLang's int4 packing (``convert_weight_packed_scale_zp``), counted; GPTQ act-order
+    refused with a clear error."""
+    _check_g_idx(layer)
+    result = original(self, layer)
+    _count("convert_weight_packed_scale_zp")
+    return result
+
+
+def int4_apply(
+    original: Callable[..., Any],
+    self: Any,
+    layer: torch.nn.Module,
+    x: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> Any:
+    """``int4_scaled_mm_cpu`` (W4A8), or ``int4_w4a16_mm_cpu`` with SGLANG_RVV_INT4_ACT=none."""
+    if x.device.type != "cpu" or x.dtype not in _GEMM_DTYPES:
+        return original(self, layer, x, bias)
+    op = "int4_w4a16_mm_cpu" if int4_activations() == "none" else "int4_scaled_mm_cpu"
+    _count(op)
+    return getattr(_sgl, op)(x, layer.qweight, layer.qzeros, layer.scales, bias)
+
+
 _BASE = "sglang.srt.layers."
 HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (_BASE + "layernorm.RMSNorm.forward_native", rmsnorm_forward),
@@ -383,6 +468,21 @@ LINEAR_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ),
     (_BASE + "quantization.w8a8_int8.W8A8Int8LinearMethod.apply", w8a8_apply),
 )
+_CPU_QUANT = "sglang.srt.hardware_backend.cpu.quantization."
+INT4_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
+    (_BASE + "quantization.get_quantization_config", quantization_config),
+    *(
+        (f"{_CPU_QUANT}{mod}.{cls}.{meth}", hook)
+        for mod, cls in (
+            ("awq_kernels", "AWQIntelAMXLinearKernel"),
+            ("gptq_kernels", "GPTQIntelAMXLinearKernel"),
+        )
+        for meth, hook in (
+            ("process_weights_after_loading", int4_process_weights),
+            ("apply", int4_apply),
+        )
+    ),
+)
 
 
 def maybe_enable() -> bool:
@@ -399,6 +499,9 @@ def maybe_enable() -> bool:
     hooks = list(HOOKS)
     if linear_ops_available():
         hooks += LINEAR_HOOKS
+    if int4_ops_available():
+        int4_activations()  # a bad SGLANG_RVV_INT4_ACT fails at start-up
+        hooks += INT4_HOOKS
     else:
         logger.warning(
             "sglang-rvv: the installed rvv-ops has no %s: linear layers stay on torch",

@@ -14,6 +14,22 @@ Formats (the ``quantization_config`` written into ``config.json``):
     SGLang's ``w8a8_int8``: per-output-channel symmetric int8 weights (``weight`` int8 [N, K],
     ``weight_scale`` fp32 [N, 1]; scale = max |w| / 127, q = round-half-even(w / scale)),
     activations quantised per token at run time.
+``awq``
+    AWQ's GEMM layout (``quant_method: awq``, 4 bits, zero points): per group of
+    ``INT4_GROUP`` input channels and output channel, asymmetric min/max round-to-nearest
+    (``scale = (max - min) / 15``, ``zero = round(-min / scale)`` in 0..15, ``q = clamp(round(w
+    / scale) + zero, 0, 15)``), written as ``qweight`` int32 [K, N / 8] and ``qzeros`` int32
+    [G, N / 8] (eight nibbles per word in AWQ's order 0, 4, 1, 5, 2, 6, 3, 7) and ``scales``
+    fp16 [G, N].
+``gptq``
+    GPTQ's layout (``quant_method: gptq``, ``desc_act: false``) of the same round-to-nearest
+    quantisation: ``qweight`` int32 [K / 8, N] (nibble ``i`` of a word is input channel
+    ``8 r + i``), ``qzeros`` int32 [G, N / 8] holding zero - 1 (GPTQ's stored form, so the
+    written zero points are 1..15 and SGLang reads them back exactly), ``scales`` fp16 [G, N],
+    ``g_idx`` int32 [K] = k // group.
+
+The demo model's sizes (hidden 64, intermediate 176) set ``INT4_GROUP`` = 16: it must divide
+every K (64 and 176), where published checkpoints use 32, 64 or 128 on larger models.
 """
 
 from __future__ import annotations
@@ -30,7 +46,10 @@ import torch
 VERSION = 1
 """Bumped whenever a quantiser or the written layout changes, so cached checkpoints are
 rewritten."""
-FORMATS = ("w8a8",)
+FORMATS = ("w8a8", "awq", "gptq")
+INT4_GROUP = 16
+"""Input channels per scale / zero-point group of the int4 formats."""
+_AWQ_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)
 """The formats :func:`write` knows."""
 
 _LINEAR = re.compile(
@@ -62,6 +81,69 @@ def dequantize_w8a8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.to(torch.float32) * scale.to(torch.float32)
 
 
+def quantize_int4(w: torch.Tensor, group: int, zero_min: int = 0) -> tuple[torch.Tensor, ...]:
+    """Asymmetric round-to-nearest int4 per (output channel, group of ``group`` input
+    channels): (q uint8 [N, K] in 0..15, zeros uint8 [G, N] in ``zero_min``..15, scales fp16
+    [G, N]), computed in fp32 with the scale rounded to fp16 first (as stored)."""
+    if w.dim() != 2 or w.shape[1] % group:
+        raise ValueError(
+            f"quantize_int4: w has shape {tuple(w.shape)}; expected [N, K] with K a multiple "
+            f"of group={group}"
+        )
+    n, k = w.shape
+    wg = w.detach().to(torch.float32).reshape(n, k // group, group)
+    lo = wg.amin(dim=2).clamp(max=0.0)
+    hi = wg.amax(dim=2).clamp(min=0.0)
+    scale = ((hi - lo) / (15 - zero_min)).clamp(min=1e-8).to(torch.float16).to(torch.float32)
+    zero = torch.round(-lo / scale).clamp(zero_min, 15)
+    q = (torch.round(wg / scale[..., None]) + zero[..., None]).clamp(0, 15)
+    return (
+        q.reshape(n, k).to(torch.uint8),
+        zero.T.contiguous().to(torch.uint8),
+        scale.T.contiguous().to(torch.float16),
+    )
+
+
+def dequantize_int4(q: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """(q - zero) * scale per group, in fp32 (exact: small integers times an fp16 scale)."""
+    k = q.shape[1]
+    group = k // zeros.shape[0]
+    z = zeros.to(torch.float32).T.repeat_interleave(group, dim=1)
+    s = scales.to(torch.float32).T.repeat_interleave(group, dim=1)
+    return (q.to(torch.float32) - z) * s
+
+
+def _int32(words: torch.Tensor) -> torch.Tensor:
+    """int64 words holding 32-bit patterns, as int32 (two's complement)."""
+    return (words - ((words >> 31) << 32)).to(torch.int32)
+
+
+def pack_awq(q: torch.Tensor, zeros: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [N, K], zeros [G, N] -> AWQ's qweight int32 [K, N / 8], qzeros int32 [G, N / 8]."""
+
+    def words(v: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(v.shape[0], v.shape[1] // 8, dtype=torch.int64)
+        for j, slot in enumerate(_AWQ_ORDER):
+            out |= (v[:, j::8].to(torch.int64) & 0xF) << (4 * slot)
+        return _int32(out)
+
+    return words(q.T.contiguous()), words(zeros)
+
+
+def pack_gptq(q: torch.Tensor, zeros: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [N, K], zeros [G, N] (1..15) -> GPTQ's qweight int32 [K / 8, N], qzeros int32
+    [G, N / 8] (zero - 1 stored)."""
+    qt = q.T.to(torch.int64)
+    w = torch.zeros(qt.shape[0] // 8, qt.shape[1], dtype=torch.int64)
+    for i in range(8):
+        w |= qt[i::8] << (4 * i)
+    zm1 = (zeros.to(torch.int64) - 1) & 0xF
+    z = torch.zeros(zeros.shape[0], zeros.shape[1] // 8, dtype=torch.int64)
+    for i in range(8):
+        z |= zm1[:, i::8] << (4 * i)
+    return _int32(w), _int32(z)
+
+
 _Quantizer = Callable[[str, torch.Tensor], tuple[dict[str, torch.Tensor], torch.Tensor]]
 
 
@@ -71,8 +153,52 @@ def _w8a8(name: str, w: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Te
     return {f"{base}.weight": q, f"{base}.weight_scale": scale}, dequantize_w8a8(q, scale)
 
 
+def _awq(name: str, w: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    q, zeros, scales = quantize_int4(w, INT4_GROUP)
+    qweight, qzeros = pack_awq(q, zeros)
+    base = name[: -len(".weight")]
+    stored = {f"{base}.qweight": qweight, f"{base}.qzeros": qzeros, f"{base}.scales": scales}
+    return stored, dequantize_int4(q, zeros, scales)
+
+
+def _gptq(name: str, w: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    q, zeros, scales = quantize_int4(w, INT4_GROUP, zero_min=1)
+    qweight, qzeros = pack_gptq(q, zeros)
+    base = name[: -len(".weight")]
+    g_idx = torch.arange(w.shape[1], dtype=torch.int32) // INT4_GROUP
+    stored = {
+        f"{base}.qweight": qweight,
+        f"{base}.qzeros": qzeros,
+        f"{base}.scales": scales,
+        f"{base}.g_idx": g_idx,
+    }
+    return stored, dequantize_int4(q, zeros, scales)
+
+
 _QUANTIZERS: dict[str, tuple[_Quantizer, dict[str, Any]]] = {
     "w8a8": (_w8a8, {"quant_method": "w8a8_int8"}),
+    "awq": (
+        _awq,
+        {
+            "quant_method": "awq",
+            "bits": 4,
+            "group_size": INT4_GROUP,
+            "zero_point": True,
+            "version": "gemm",
+        },
+    ),
+    "gptq": (
+        _gptq,
+        {
+            "quant_method": "gptq",
+            "bits": 4,
+            "group_size": INT4_GROUP,
+            "desc_act": False,
+            "sym": False,
+            "lm_head": False,
+            "checkpoint_format": "gptq",
+        },
+    ),
 }
 
 

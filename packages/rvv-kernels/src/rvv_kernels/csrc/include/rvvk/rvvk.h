@@ -239,8 +239,8 @@ struct Fp8LinearArgs {
 };
 
 // INT4 weights with groups along K (AWQ and GPTQ checkpoints):
-// W[j, k] = (q[j, k] - zeros[g, j]) * scales[g, j], g = k / group_size, q and zeros in
-// [0, 15]. A packed int4 weight is a PackedInt4Header followed by panels of `panel`
+// W[j, k] = (q[j, k] - zeros[g, j]) * scales[g, j], g = k / group_size, q in [0, 15], zeros
+// in [0, 16] (GPTQ checkpoints store zero - 1 in four bits, so SGLang reads zeros 1..16). A packed int4 weight is a PackedInt4Header followed by panels of `panel`
 // output channels (the last zero-padded) for every k < k_padded (k rounded up to even;
 // zero past k): byte (k / 2) * panel + j of panel p holds q[p * panel + j, k] in its low
 // nibble and q[p * panel + j, k + 1] in its high nibble (k even). group_size is even or
@@ -287,7 +287,7 @@ struct Int4LinearArgs {
   const float* a_scales = nullptr;  // W4A8: [m]
   const void* packed = nullptr;     // PackedInt4Header + panels, 4-byte aligned
   const float* scales = nullptr;    // [groups, n], row stride n
-  const std::uint8_t* zeros = nullptr;  // [groups, n], row stride n, values 0..15
+  const std::uint8_t* zeros = nullptr;  // [groups, n], row stride n, values 0..16
   DType bias_dtype = DType::kF32;
   const void* bias = nullptr;  // [n] or null
   DType out_dtype = DType::kF32;
