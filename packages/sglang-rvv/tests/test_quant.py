@@ -57,7 +57,7 @@ def test_demo_cli_checks_its_quant_arguments(capsys: pytest.CaptureFixture[str])
     assert "--dequantized needs --quant" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         demo.main(["--quant", "nf4"])
-    assert "--quant nf4: expected one of w8a8" in capsys.readouterr().err
+    assert "--quant nf4: expected one of w8a8, awq, gptq, fp8" in capsys.readouterr().err
 
 
 def test_int4_is_asymmetric_round_to_nearest_per_group() -> None:
@@ -122,3 +122,18 @@ def test_int4_checkpoints_and_their_twins(fmt: str) -> None:
     s = t[f"{base}.scales"].float().T.repeat_interleave(16, dim=1)
     steps = w / s
     assert bool(((steps - steps.round()).abs() < 1e-3).all())
+
+
+def test_fp8_is_block_scaled_e4m3_round_to_nearest() -> None:
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(40, 70, generator=g) * 3
+    w[16:32, 32:64] = 0.0  # an all-zero block: scale 1
+    q, s = quant.quantize_fp8(w, (16, 32))
+    assert q.dtype == torch.float8_e4m3fn and s.shape == (3, 3)
+    assert float(s[1, 1]) == 1.0
+    assert float(q.float().abs().max()) == 448.0  # the largest block element maps to 448
+    deq = quant.dequantize_fp8(q, s, (16, 32))
+    # e4m3 keeps 3 mantissa bits: round to nearest is within 2^-4 relative (or the
+    # subnormal spacing 2^-9 of the block scale)
+    full = s.repeat_interleave(16, 0)[:40].repeat_interleave(32, 1)[:, :70]
+    assert bool(((w - deq).abs() <= w.abs() * 2**-4 + full * 2**-10).all())

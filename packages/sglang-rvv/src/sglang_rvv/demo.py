@@ -6,7 +6,8 @@ few hundred steps on the same corpus (so that greedy decoding produces recognisa
 rather than noise, and the top logit is rarely a near-tie), and both are saved in the Hugging
 Face layout SGLang loads. ``python -m sglang_rvv.demo --out DIR [--arch qwen2|llama]``.
 
-``--quant FORMAT`` writes the same model quantised (:mod:`sglang_rvv.quant`: ``w8a8``), and
+``--quant FORMAT`` writes the same model quantised (:mod:`sglang_rvv.quant`: ``w8a8``, ``awq``,
+``gptq``, ``fp8``), and
 ``--dequantized`` with it that checkpoint's fp32 dequantised twin.
 """
 
@@ -222,7 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", choices=ARCHS, default="qwen2", help="model family")
     parser.add_argument("--out", type=Path, help="target directory (default: the cache)")
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
-    parser.add_argument("--quant", help="write the model quantised in this format (w8a8)")
+    parser.add_argument(
+        "--quant", help="write the model quantised in this format (w8a8, awq, gptq, fp8)"
+    )
     parser.add_argument(
         "--dequantized", action="store_true", help="with --quant: its fp32 dequantised twin"
     )

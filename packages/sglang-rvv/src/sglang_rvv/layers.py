@@ -36,6 +36,11 @@ silently ignore it) and, with ``SGLANG_RVV_INT4_ACT=none``, run rvv-ops' W4A16
 ``int4_w4a16_mm_cpu`` (activations not quantised) instead of SGLang's W4A8 (``int8``, the
 default).
 
+Block-scaled FP8 checkpoints (``Fp8LinearMethod`` with ``weight_block_size``): SGLang's CPU
+branch asserts AMX; with routing on the fp8 weight is packed once (``convert_weight_packed``)
+and runs through ``fp8_scaled_mm_cpu`` (W8A16: activations stay in their dtype). Per-tensor
+fp8 checkpoints keep SGLang's behaviour.
+
 SGLang's W8A8 int8 linear method refuses to load on a CPU without AMX or arm64 (its
 ``process_weights_after_loading`` asserts); with routing on, a W8A8 checkpoint loads and its
 linear layers run SGLang's AMX arithmetic (per-token int8 activations, exact int32 sums,
@@ -468,6 +473,60 @@ LINEAR_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ),
     (_BASE + "quantization.w8a8_int8.W8A8Int8LinearMethod.apply", w8a8_apply),
 )
+
+
+def fp8_process_weights(original: Callable[..., Any], self: Any, layer: torch.nn.Module) -> Any:
+    """Block-quantised fp8 weights on a CPU: packed once (``convert_weight_packed``) instead
+    of SGLang's CPU branch, which needs AMX; anything else goes to SGLang's method."""
+    weight = getattr(layer, "weight", None)
+    scale = getattr(layer, "weight_scale_inv", None)
+    if not (
+        getattr(self, "block_quant", False)
+        and isinstance(weight, torch.Tensor)
+        and isinstance(scale, torch.Tensor)
+        and weight.dim() == 2
+        and weight.dtype == torch.float8_e4m3fn
+        and weight.device.type == "cpu"
+        and not getattr(layer, "use_intel_amx_backend", False)
+    ):
+        return original(self, layer)
+    packed = _sgl.convert_weight_packed(weight.data)
+    _count("convert_weight_packed")
+    layer.weight = torch.nn.Parameter(packed, requires_grad=False)
+    layer.weight_scale_inv = torch.nn.Parameter(
+        scale.data.to(torch.float32).contiguous(), requires_grad=False
+    )
+    setattr(layer, _PACKED, True)
+    return None
+
+
+def fp8_apply(
+    original: Callable[..., Any],
+    self: Any,
+    layer: torch.nn.Module,
+    x: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> Any:
+    """``fp8_scaled_mm_cpu`` (W8A16) for layers packed by :func:`fp8_process_weights`."""
+    if not getattr(layer, _PACKED, False) or not isinstance(x, torch.Tensor):
+        return original(self, layer, x, bias)
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1])
+    block = list(self.quant_config.weight_block_size)
+    _count("fp8_scaled_mm_cpu")
+    out = _sgl.fp8_scaled_mm_cpu(
+        x2, layer.weight, layer.weight_scale_inv, block, bias, x.dtype, True
+    )
+    return out.view(*shape[:-1], out.shape[-1])
+
+
+FP8_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
+    (
+        _BASE + "quantization.fp8.Fp8LinearMethod.process_weights_after_loading",
+        fp8_process_weights,
+    ),
+    (_BASE + "quantization.fp8.Fp8LinearMethod.apply", fp8_apply),
+)
 _CPU_QUANT = "sglang.srt.hardware_backend.cpu.quantization."
 INT4_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (_BASE + "quantization.get_quantization_config", quantization_config),
@@ -502,6 +561,8 @@ def maybe_enable() -> bool:
     if int4_ops_available():
         int4_activations()  # a bad SGLANG_RVV_INT4_ACT fails at start-up
         hooks += INT4_HOOKS
+    if hasattr(torch.ops.sgl_kernel, "fp8_scaled_mm_cpu"):
+        hooks += FP8_HOOKS
     else:
         logger.warning(
             "sglang-rvv: the installed rvv-ops has no %s: linear layers stay on torch",

@@ -27,9 +27,16 @@ Formats (the ``quantization_config`` written into ``config.json``):
     ``8 r + i``), ``qzeros`` int32 [G, N / 8] holding zero - 1 (GPTQ's stored form, so the
     written zero points are 1..15 and SGLang reads them back exactly), ``scales`` fp16 [G, N],
     ``g_idx`` int32 [K] = k // group.
+``fp8``
+    Block-scaled FP8 (``quant_method: fp8``, ``weight_block_size: FP8_BLOCK``, dynamic
+    activations: SGLang's W8A16 on CPU): per block, ``scale = max |w| / 448`` (e4m3's largest
+    value), ``weight = float8_e4m3fn(w / scale)`` (torch's round-to-nearest-even cast),
+    ``weight_scale_inv`` fp32 [ceil(N / bn), ceil(K / bk)].
 
 The demo model's sizes (hidden 64, intermediate 176) set ``INT4_GROUP`` = 16: it must divide
-every K (64 and 176), where published checkpoints use 32, 64 or 128 on larger models.
+every K (64 and 176), where published checkpoints use 32, 64 or 128 on larger models; and
+``FP8_BLOCK`` = [16, 32]: block_n must divide every merged projection's part (32 and 176);
+176 input channels leave a partial last block of k.
 """
 
 from __future__ import annotations
@@ -46,7 +53,9 @@ import torch
 VERSION = 1
 """Bumped whenever a quantiser or the written layout changes, so cached checkpoints are
 rewritten."""
-FORMATS = ("w8a8", "awq", "gptq")
+FORMATS = ("w8a8", "awq", "gptq", "fp8")
+FP8_BLOCK = (16, 32)
+"""[block_n, block_k] of the fp8 format's scales."""
 INT4_GROUP = 16
 """Input channels per scale / zero-point group of the int4 formats."""
 _AWQ_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)
@@ -144,6 +153,31 @@ def pack_gptq(q: torch.Tensor, zeros: torch.Tensor) -> tuple[torch.Tensor, torch
     return _int32(w), _int32(z)
 
 
+def quantize_fp8(w: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block-scaled e4m3: (weight float8_e4m3fn [N, K], scales fp32 [ceil(N / bn),
+    ceil(K / bk)]); an all-zero block gets scale 1."""
+    if w.dim() != 2:
+        raise ValueError(f"quantize_fp8: w has shape {tuple(w.shape)}; expected [N, K]")
+    bn, bk = block
+    n, k = w.shape
+    w32 = w.detach().to(torch.float32)
+    nb, kb = -(-n // bn), -(-k // bk)
+    padded = torch.zeros(nb * bn, kb * bk)
+    padded[:n, :k] = w32
+    amax = padded.reshape(nb, bn, kb, bk).abs().amax(dim=(1, 3))
+    scales = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    full = scales.repeat_interleave(bn, 0)[:n].repeat_interleave(bk, 1)[:, :k]
+    q = (w32 / full).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return q, scales
+
+
+def dequantize_fp8(q: torch.Tensor, scales: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
+    """fp8 value times its block's scale, in fp32."""
+    n, k = q.shape
+    full = scales.repeat_interleave(block[0], 0)[:n].repeat_interleave(block[1], 1)[:, :k]
+    return q.to(torch.float32) * full
+
+
 _Quantizer = Callable[[str, torch.Tensor], tuple[dict[str, torch.Tensor], torch.Tensor]]
 
 
@@ -175,7 +209,22 @@ def _gptq(name: str, w: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Te
     return stored, dequantize_int4(q, zeros, scales)
 
 
+def _fp8(name: str, w: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    q, scales = quantize_fp8(w, FP8_BLOCK)
+    base = name[: -len(".weight")]
+    stored = {f"{base}.weight": q, f"{base}.weight_scale_inv": scales}
+    return stored, dequantize_fp8(q, scales, FP8_BLOCK)
+
+
 _QUANTIZERS: dict[str, tuple[_Quantizer, dict[str, Any]]] = {
+    "fp8": (
+        _fp8,
+        {
+            "quant_method": "fp8",
+            "activation_scheme": "dynamic",
+            "weight_block_size": list(FP8_BLOCK),
+        },
+    ),
     "w8a8": (_w8a8, {"quant_method": "w8a8_int8"}),
     "awq": (
         _awq,
