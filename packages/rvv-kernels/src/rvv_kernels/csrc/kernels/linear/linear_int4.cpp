@@ -1,9 +1,10 @@
 // INT4 linear layers with groups along K (AWQ / GPTQ weights): packing and the W4A8 and
 // W4A16 GEMMs over the same packed weight (see PackedInt4Header and Int4LinearArgs).
 //
-// The driver here prepares what every micro-kernel call shares - activations padded to
-// k_padded (W4A8: int8 with the per-group row sums S[i, g] = sum_{k in g} a[i, k];
-// W4A16: fp32), the bias in fp32 - and runs the ISA's micro-kernels (linear_int4_isa.h,
+// The driver here prepares what every micro-kernel call shares - the activations of each
+// register block of rows interleaved k-major ([k_padded][rows], zero past k; W4A8: int8
+// with the per-group row sums S[i, g] = sum_{k in g} a[i, k]; W4A16: fp32), the bias in
+// fp32 - and runs the ISA's micro-kernels (linear_int4_isa.h,
 // rvv/ or generic/) over register blocks of rows and panels: M <= 8 (decode) in one block,
 // so each weight byte is read once per call; larger M in blocks of kInt4BlockRows rows
 // over panel groups that stay in L2 (for_each_block).
@@ -77,46 +78,53 @@ void int4_impl(const Int4LinearArgs& a, const PackedInt4Header& h, std::int64_t 
   cx.ybuf = ybuf.data();
   OutT* out = static_cast<OutT*>(a.out);
   const std::int64_t group = panels_per_group((kp / 2) * h.panel);
-  if (a.a != nullptr) {
-    // W4A8. An odd k reads one activation past the row for the padded nibble: copy the
-    // rows zero-padded then; an even k uses them in place.
-    const std::int8_t* rows = a.a;
-    std::int64_t stride = a.a_stride;
-    std::vector<std::int8_t> padded;
-    if (kp != h.k) {
-      padded.assign(static_cast<std::size_t>(a.m * kp), 0);
-      for (std::int64_t r = 0; r < a.m; ++r) {
-        std::memcpy(padded.data() + r * kp, a.a + r * a.a_stride, static_cast<std::size_t>(h.k));
+  // The rows' activations are copied, zero-padded to k_padded, block by block (the
+  // blocks of row_blocks) as [k_padded][rows of the block]: the micro-kernel reads one
+  // k's activations of all its rows at constant offsets from one pointer.
+  const auto interleave = [&](auto* dst, auto&& get) {
+    row_blocks(a.m, kInt4BlockRows, [&](std::int64_t r, int mr) {
+      auto* blk = dst + r * kp;
+      for (int i = 0; i < mr; ++i) {
+        for (std::int64_t k = 0; k < h.k; ++k) blk[k * mr + i] = get(r + i, k);
       }
-      rows = padded.data();
-      stride = kp;
-    }
+    });
+  };
+  if (a.a != nullptr) {
+    // W4A8.
+    std::vector<std::int8_t> rows(static_cast<std::size_t>(a.m * kp), 0);
+    interleave(rows.data(), [&](std::int64_t r, std::int64_t k) { return a.a[r * a.a_stride + k]; });
     // S[r, g] = sum of row r's activations in group g (for the zero points' term).
     std::vector<std::int32_t> sums(static_cast<std::size_t>(a.m * cx.groups));
     for (std::int64_t r = 0; r < a.m; ++r) {
-      const std::int8_t* row = rows + r * stride;
+      const std::int8_t* row = a.a + r * a.a_stride;
       for (std::int64_t g = 0; g < cx.groups; ++g) {
         std::int32_t s = 0;
-        for (std::int64_t k = 2 * cx.group_begin(g); k < 2 * cx.group_end(g); ++k) s += row[k];
+        const std::int64_t ke = std::min(h.k, 2 * cx.group_end(g));
+        for (std::int64_t k = 2 * cx.group_begin(g); k < ke; ++k) s += row[k];
         sums[static_cast<std::size_t>(r * cx.groups + g)] = s;
       }
     }
     for_each_block(group, a.m, kInt4BlockRows, pb, pe, [&](std::int64_t r, int mr, std::int64_t p) {
-      int4isa::w4a8_rows<OutT>(mr, cx, int4_panel(h, p), rows + r * stride, stride,
+      int4isa::w4a8_rows<OutT>(mr, cx, int4_panel(h, p), rows.data() + r * kp,
                                sums.data() + r * cx.groups, a.a_scales + r, p * h.panel,
                                out + r * a.out_stride, a.out_stride);
     });
   } else {
-    // W4A16: x rows in fp32, zero-padded to k_padded columns (scalar FMA operands).
+    // W4A16: the rows in fp32 (scalar FMA operands).
+    std::vector<float> row(static_cast<std::size_t>(h.k));
     std::vector<float> xs(static_cast<std::size_t>(a.m * kp), 0.0f);
-    for (std::int64_t r = 0; r < a.m; ++r) {
-      to_f32(a.x_dtype,
-             static_cast<const unsigned char*>(a.x) +
-                 r * a.x_stride * packed_element_bytes(a.x_dtype),
-             xs.data() + r * kp, h.k);
-    }
+    row_blocks(a.m, kInt4BlockRows, [&](std::int64_t r, int mr) {
+      for (int i = 0; i < mr; ++i) {
+        to_f32(a.x_dtype,
+               static_cast<const unsigned char*>(a.x) +
+                   (r + i) * a.x_stride * packed_element_bytes(a.x_dtype),
+               row.data(), h.k);
+        float* blk = xs.data() + r * kp;
+        for (std::int64_t k = 0; k < h.k; ++k) blk[k * mr + i] = row[static_cast<std::size_t>(k)];
+      }
+    });
     for_each_block(group, a.m, kInt4BlockRows, pb, pe, [&](std::int64_t r, int mr, std::int64_t p) {
-      int4isa::w4a16_rows<OutT>(mr, cx, int4_panel(h, p), xs.data() + r * kp, kp, p * h.panel,
+      int4isa::w4a16_rows<OutT>(mr, cx, int4_panel(h, p), xs.data() + r * kp, p * h.panel,
                                 out + r * a.out_stride, a.out_stride);
     });
   }

@@ -30,13 +30,13 @@ void store_rows(int mr, std::int64_t cw, float (*y)[kStrip], OutT* out, std::int
   }
 }
 
-// W4A8 for rows [0, mr) of a_rows (stride a_stride, k_padded columns) and one panel,
-// written to out columns [n0, min(n0 + panel, n)). sums: the rows' group sums (row
-// stride cx.groups); a_scales: the rows' scales.
+// W4A8 for a block of mr rows (ai: their activations, element (k, i) at ai[k * mr + i],
+// k < k_padded) and one panel, written to out columns [n0, min(n0 + panel, n)). sums: the
+// rows' group sums (row stride cx.groups); a_scales: the rows' scales.
 template <class OutT>
-void w4a8_rows(int mr, const Int4Ctx& cx, const std::uint8_t* panel, const std::int8_t* a_rows,
-               std::int64_t a_stride, const std::int32_t* sums, const float* a_scales,
-               std::int64_t n0, OutT* out, std::int64_t out_stride) {
+void w4a8_rows(int mr, const Int4Ctx& cx, const std::uint8_t* panel, const std::int8_t* ai,
+               const std::int32_t* sums, const float* a_scales, std::int64_t n0, OutT* out,
+               std::int64_t out_stride) {
   const std::int64_t nr = cx.panel, cols_left = std::min(nr, cx.n - n0);
   for (std::int64_t c = 0; c < cols_left; c += kStrip) {
     const std::int64_t cw = std::min(kStrip, cols_left - c);
@@ -47,8 +47,8 @@ void w4a8_rows(int mr, const Int4Ctx& cx, const std::uint8_t* panel, const std::
       for (std::int64_t kb = cx.group_begin(g); kb < cx.group_end(g); ++kb) {
         const std::uint8_t* w = panel + kb * nr + c;
         for (int r = 0; r < mr; ++r) {
-          const std::int32_t a0 = a_rows[r * a_stride + 2 * kb];
-          const std::int32_t a1 = a_rows[r * a_stride + 2 * kb + 1];
+          const std::int32_t a0 = ai[2 * kb * mr + r];
+          const std::int32_t a1 = ai[(2 * kb + 1) * mr + r];
           for (std::int64_t j = 0; j < cw; ++j) acc[r][j] += a0 * (w[j] & 15) + a1 * (w[j] >> 4);
         }
       }
@@ -69,10 +69,10 @@ void w4a8_rows(int mr, const Int4Ctx& cx, const std::uint8_t* panel, const std::
   }
 }
 
-// W4A16 for rows [0, mr) of xs (fp32, stride xs_stride, k_padded columns, zero past k).
+// W4A16 for a block of mr rows (xs: fp32, element (k, i) at xs[k * mr + i]).
 template <class OutT>
 void w4a16_rows(int mr, const Int4Ctx& cx, const std::uint8_t* panel, const float* xs,
-                std::int64_t xs_stride, std::int64_t n0, OutT* out, std::int64_t out_stride) {
+                std::int64_t n0, OutT* out, std::int64_t out_stride) {
   const std::int64_t nr = cx.panel, cols_left = std::min(nr, cx.n - n0);
   for (std::int64_t c = 0; c < cols_left; c += kStrip) {
     const std::int64_t cw = std::min(kStrip, cols_left - c);
@@ -84,7 +84,7 @@ void w4a16_rows(int mr, const Int4Ctx& cx, const std::uint8_t* panel, const floa
       for (std::int64_t kb = cx.group_begin(g); kb < cx.group_end(g); ++kb) {
         const std::uint8_t* w = panel + kb * nr + c;
         for (int r = 0; r < mr; ++r) {
-          const float x0 = xs[r * xs_stride + 2 * kb], x1 = xs[r * xs_stride + 2 * kb + 1];
+          const float x0 = xs[2 * kb * mr + r], x1 = xs[(2 * kb + 1) * mr + r];
           for (std::int64_t j = 0; j < cw; ++j) {
             const float lo = static_cast<float>((w[j] & 15) - z[j]);
             const float hi = static_cast<float>((w[j] >> 4) - z[j]);

@@ -47,10 +47,9 @@ struct Q;
     }                                                                                       \
     static F loadf(const float* p, std::size_t vl) { return __riscv_vle32_v_f32##E32(p, vl); } \
     static F splatf(float x, std::size_t vl) { return __riscv_vfmv_v_f_f32##E32(x, vl); }   \
-    /* q - z as fp32, exact (both 0..15) */                                                 \
-    static F dequant(U8 q, U8 z, std::size_t vl) {                                          \
-      return __riscv_vfwcvt_f(                                                              \
-          __riscv_vreinterpret_v_u16##E16##_i16##E16(__riscv_vwsubu_vv(q, z, vl)), vl);    \
+    /* q - z (both 0..15) in int16 */                                                       \
+    static I16 diff(U8 q, U8 z, std::size_t vl) {                                           \
+      return __riscv_vreinterpret_v_u16##E16##_i16##E16(__riscv_vwsubu_vv(q, z, vl));      \
     }                                                                                       \
   };
 RVVK_INT4_Q(2, mf2, m1, m2)
@@ -78,17 +77,14 @@ inline void store_rows(const Int4Ctx& cx, int mr, std::int64_t c, OutT* out,
 }
 
 template <int L32, int MR, class OutT>
-void w4a8_block(const Int4Ctx& cx, const std::uint8_t* panel, const std::int8_t* a_rows,
-                std::int64_t a_stride, const std::int32_t* sums, const float* a_scales,
-                std::int64_t n0, OutT* out, std::int64_t out_stride) {
+void w4a8_block(const Int4Ctx& cx, const std::uint8_t* panel, const std::int8_t* ai,
+                const std::int32_t* sums, const float* a_scales, std::int64_t n0, OutT* out,
+                std::int64_t out_stride) {
   using T = Q<L32>;
   const std::int64_t nr = cx.panel, cols_left = std::min(nr, cx.n - n0);
   for (std::int64_t c = 0; c < cols_left;) {
     const std::size_t vl = T::setvl(static_cast<std::size_t>(cols_left - c));
     init_rows<T>(cx, MR, n0, c, vl);
-#define RVVK_DECL(i) const std::int8_t* a##i = a_rows + (MR > i ? i : 0) * a_stride;
-    RVVK_ROWS(RVVK_DECL)
-#undef RVVK_DECL
     for (std::int64_t g = 0; g < cx.groups; ++g) {
 #define RVVK_DECL(i) typename T::I32 acc##i = T::zero32(vl);
       RVVK_ROWS(RVVK_DECL)
@@ -100,18 +96,31 @@ void w4a8_block(const Int4Ctx& cx, const std::uint8_t* panel, const std::int8_t*
         RVVK_ROWS(RVVK_DECL)
 #undef RVVK_DECL
         const std::uint8_t* w = panel + kb * nr + c;
-        for (; kb < kc; ++kb, w += nr) {
-          const typename T::U8 b = T::load8(w, vl);
-          const typename T::U8 lo = __riscv_vand(b, 15, vl);
-          const typename T::U8 hi = __riscv_vsrl(b, 4, vl);
-#define RVVK_MAC(i)                                                 \
-  if constexpr (MR > i) {                                           \
-    s##i = __riscv_vwmaccsu(s##i, a##i[2 * kb], lo, vl);            \
-    s##i = __riscv_vwmaccsu(s##i, a##i[2 * kb + 1], hi, vl);        \
+        // One byte row: its low nibbles (k = 2 kb) and high nibbles (k = 2 kb + 1) times
+        // every row's activations.
+#define RVVK_STEP(kbv, wp)                                                 \
+  {                                                                        \
+    const std::int8_t* ak = ai + 2 * (kbv) * MR;                           \
+    const typename T::U8 b = T::load8(wp, vl);                             \
+    const typename T::U8 lo = __riscv_vand(b, 15, vl);                     \
+    const typename T::U8 hi = __riscv_vsrl(b, 4, vl);                      \
+    RVVK_ROWS(RVVK_MAC)                                                    \
   }
-          RVVK_ROWS(RVVK_MAC)
-#undef RVVK_MAC
+#define RVVK_MAC(i)                                                   \
+  if constexpr (MR > i) {                                             \
+    s##i = __riscv_vwmaccsu(s##i, ak[i], lo, vl);                     \
+    s##i = __riscv_vwmaccsu(s##i, ak[MR + i], hi, vl);                \
+  }
+        if (kc - kb == kInt16Rows) {
+          // A full strip, unrolled: one vsetvli per strip, not per byte row.
+#pragma clang loop unroll(full)
+          for (std::int64_t u = 0; u < kInt16Rows; ++u) RVVK_STEP(kb + u, w + u * nr)
+          kb = kc;
+        } else {
+          for (; kb < kc; ++kb, w += nr) RVVK_STEP(kb, w)
         }
+#undef RVVK_MAC
+#undef RVVK_STEP
 #define RVVK_WIDEN(i) \
   if constexpr (MR > i) acc##i = __riscv_vwadd_wv(acc##i, s##i, vl);
         RVVK_ROWS(RVVK_WIDEN)
@@ -138,15 +147,12 @@ void w4a8_block(const Int4Ctx& cx, const std::uint8_t* panel, const std::int8_t*
 
 template <int L32, int MR, class OutT>
 void w4a16_block(const Int4Ctx& cx, const std::uint8_t* panel, const float* xs,
-                 std::int64_t xs_stride, std::int64_t n0, OutT* out, std::int64_t out_stride) {
+                 std::int64_t n0, OutT* out, std::int64_t out_stride) {
   using T = Q<L32>;
   const std::int64_t nr = cx.panel, cols_left = std::min(nr, cx.n - n0);
   for (std::int64_t c = 0; c < cols_left;) {
     const std::size_t vl = T::setvl(static_cast<std::size_t>(cols_left - c));
     init_rows<T>(cx, MR, n0, c, vl);
-#define RVVK_DECL(i) const float* x##i = xs + (MR > i ? i : 0) * xs_stride;
-    RVVK_ROWS(RVVK_DECL)
-#undef RVVK_DECL
     for (std::int64_t g = 0; g < cx.groups; ++g) {
       const typename T::U8 z = T::load8(cx.zeros + g * cx.n + n0 + c, vl);
 #define RVVK_DECL(i) typename T::F s##i = T::splatf(0.0f, vl);
@@ -154,14 +160,18 @@ void w4a16_block(const Int4Ctx& cx, const std::uint8_t* panel, const float* xs,
 #undef RVVK_DECL
       const std::int64_t ge = cx.group_end(g);
       const std::uint8_t* w = panel + cx.group_begin(g) * nr + c;
-      for (std::int64_t kb = cx.group_begin(g); kb < ge; ++kb, w += nr) {
+      const float* xk = xs + 2 * cx.group_begin(g) * MR;
+      for (std::int64_t kb = cx.group_begin(g); kb < ge; ++kb, w += nr, xk += 2 * MR) {
+        // Byte ops, then the two conversions, then the fp32 ops: three vtypes per row.
         const typename T::U8 b = T::load8(w, vl);
-        const typename T::F lo = T::dequant(__riscv_vand(b, 15, vl), z, vl);
-        const typename T::F hi = T::dequant(__riscv_vsrl(b, 4, vl), z, vl);
+        const typename T::I16 dlo = T::diff(__riscv_vand(b, 15, vl), z, vl);
+        const typename T::I16 dhi = T::diff(__riscv_vsrl(b, 4, vl), z, vl);
+        const typename T::F lo = __riscv_vfwcvt_f(dlo, vl);
+        const typename T::F hi = __riscv_vfwcvt_f(dhi, vl);
 #define RVVK_MAC(i)                                            \
   if constexpr (MR > i) {                                      \
-    s##i = __riscv_vfmacc(s##i, x##i[2 * kb], lo, vl);         \
-    s##i = __riscv_vfmacc(s##i, x##i[2 * kb + 1], hi, vl);     \
+    s##i = __riscv_vfmacc_tu(s##i, xk[i], lo, vl);             \
+    s##i = __riscv_vfmacc_tu(s##i, xk[MR + i], hi, vl);        \
   }
         RVVK_ROWS(RVVK_MAC)
 #undef RVVK_MAC
@@ -184,14 +194,13 @@ void w4a16_block(const Int4Ctx& cx, const std::uint8_t* panel, const float* xs,
 // (L32 / 2) accumulator plus three byte vectors; W4A16 per row one fp32 sum (L32) plus two
 // dequantised fp32 vectors.
 template <class OutT>
-void w4a8_rows(int mr, const Int4Ctx& cx, const std::uint8_t* panel, const std::int8_t* a_rows,
-               std::int64_t a_stride, const std::int32_t* sums, const float* a_scales,
-               std::int64_t n0, OutT* out, std::int64_t out_stride) {
+void w4a8_rows(int mr, const Int4Ctx& cx, const std::uint8_t* panel, const std::int8_t* ai,
+               const std::int32_t* sums, const float* a_scales, std::int64_t n0, OutT* out,
+               std::int64_t out_stride) {
   switch (mr) {
 #define RVVK_CASE(R, L)                                                                   \
   case R:                                                                                 \
-    return w4a8_block<L, R, OutT>(cx, panel, a_rows, a_stride, sums, a_scales, n0, out,   \
-                                  out_stride);
+    return w4a8_block<L, R, OutT>(cx, panel, ai, sums, a_scales, n0, out, out_stride);
     RVVK_CASE(1, 4) RVVK_CASE(2, 4) RVVK_CASE(3, 4) RVVK_CASE(4, 4)
     RVVK_CASE(5, 2) RVVK_CASE(6, 2) RVVK_CASE(7, 2) RVVK_CASE(8, 2)
 #undef RVVK_CASE
@@ -200,11 +209,11 @@ void w4a8_rows(int mr, const Int4Ctx& cx, const std::uint8_t* panel, const std::
 
 template <class OutT>
 void w4a16_rows(int mr, const Int4Ctx& cx, const std::uint8_t* panel, const float* xs,
-                std::int64_t xs_stride, std::int64_t n0, OutT* out, std::int64_t out_stride) {
+                std::int64_t n0, OutT* out, std::int64_t out_stride) {
   switch (mr) {
 #define RVVK_CASE(R, L)                                                                  \
   case R:                                                                                \
-    return w4a16_block<L, R, OutT>(cx, panel, xs, xs_stride, n0, out, out_stride);
+    return w4a16_block<L, R, OutT>(cx, panel, xs, n0, out, out_stride);
     RVVK_CASE(1, 4) RVVK_CASE(2, 4) RVVK_CASE(3, 2) RVVK_CASE(4, 2)
     RVVK_CASE(5, 2) RVVK_CASE(6, 2) RVVK_CASE(7, 2) RVVK_CASE(8, 2)
 #undef RVVK_CASE
