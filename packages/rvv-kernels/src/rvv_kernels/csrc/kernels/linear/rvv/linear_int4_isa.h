@@ -168,6 +168,9 @@ void w4a16_block(const Int4Ctx& cx, const std::uint8_t* panel, const float* xs,
         const typename T::I16 dhi = T::diff(__riscv_vsrl(b, 4, vl), z, vl);
         const typename T::F lo = __riscv_vfwcvt_f(dlo, vl);
         const typename T::F hi = __riscv_vfwcvt_f(dhi, vl);
+        // Tail-undisturbed FMAs (vl is the same throughout, so no lane differs): they tie
+        // the accumulator to the destination, where clang otherwise picks vfmadd into the
+        // weight's register and copies the sum back every byte row.
 #define RVVK_MAC(i)                                            \
   if constexpr (MR > i) {                                      \
     s##i = __riscv_vfmacc_tu(s##i, xk[i], lo, vl);             \
