@@ -304,6 +304,56 @@ std::function<void()> w8a8_case() {
   };
 }
 
+// INT4 layer with groups of G along K (random nibbles, zero points 0..15): W4A8 as
+// int4_scaled_mm_cpu runs it (quantise the bf16 rows, then the integer GEMM) or W4A16
+// (bf16 rows, fp32 FMA), bf16 out.
+template <std::int64_t M, std::int64_t K, std::int64_t N, std::int64_t G, bool kW4A8>
+std::function<void()> int4_case() {
+  static Rng rng;
+  static rvvk::PackedInt4Header h;
+  rvvk::pack_int4_weight_layout(N, K, G, &h);
+  static std::vector<std::uint32_t> packed(static_cast<std::size_t>(h.bytes + 3) / 4);
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(N * K));
+  for (auto& v : q) v = static_cast<std::uint8_t>(static_cast<int>((rng.next() + 1.0f) * 8.0f) & 15);
+  rvvk::pack_int4_weight(h, q.data(), K, packed.data());
+  constexpr std::int64_t groups = (K + G - 1) / G;
+  static std::vector<std::uint8_t> zeros(groups * N);
+  for (auto& v : zeros) v = static_cast<std::uint8_t>(static_cast<int>((rng.next() + 1.0f) * 8.0f) & 15);
+  static std::vector<float> scales(groups * N, 0.01f);
+  static auto x = random_bf16(M * K, rng);
+  static std::vector<std::uint16_t> y(M * N);
+  static std::vector<std::int8_t> a8(M * K);
+  static std::vector<float> sa(M);
+  static rvvk::Int4LinearArgs a;
+  a.m = M;
+  a.packed = packed.data();
+  a.scales = scales.data();
+  a.zeros = zeros.data();
+  a.out_dtype = DType::kBF16;
+  a.out = y.data();
+  a.out_stride = N;
+  if constexpr (kW4A8) {
+    a.a = a8.data();
+    a.a_stride = K;
+    a.a_scales = sa.data();
+    return [] {
+      rvvk::quantize_int8_rows(DType::kBF16, x.data(), K, M, K, a8.data(), K, sa.data());
+      rvvk::int4_linear(a, 0, rvvk::int4_linear_tasks(h));
+    };
+  } else {
+    a.x_dtype = DType::kBF16;
+    a.x = x.data();
+    a.x_stride = K;
+    return [] { rvvk::int4_linear(a, 0, rvvk::int4_linear_tasks(h)); };
+  }
+}
+
+// Bytes an INT4 layer streams per call: the packed nibbles, and each group's fp32 scale
+// and uint8 zero point per channel.
+constexpr std::int64_t int4_weight_bytes(std::int64_t k, std::int64_t n, std::int64_t g) {
+  return k * n / 2 + (k + g - 1) / g * n * (4 + 1);
+}
+
 const std::map<std::string, Case>& cases() {
   static const std::map<std::string, Case> c = {
       {"decode_bf16_qwen2.5-1.5b",
@@ -319,6 +369,18 @@ const std::map<std::string, Case>& cases() {
       {"linear_bf16_m1_k1536_n8960", {"linear", linear_case<1, 1536, 8960>, 1536 * 8960 * 2}},
       {"linear_bf16_m64_k1536_n1536", {"linear", linear_case<64, 1536, 1536>}},
       {"w8a8_m1_k1536_n8960", {"int8_linear", w8a8_case<1, 1536, 8960>, 1536 * 8960}},
+      // INT4 (AWQ / GPTQ) at decode against W8A8 and bf16, and prefill-sized.
+      {"w4a8_m1_k1536_n8960_g128",
+       {"int4_linear", int4_case<1, 1536, 8960, 128, true>, int4_weight_bytes(1536, 8960, 128), 0,
+        "w8a8_m1_k1536_n8960"}},
+      {"w4a16_m1_k1536_n8960_g128",
+       {"int4_linear", int4_case<1, 1536, 8960, 128, false>, int4_weight_bytes(1536, 8960, 128),
+        0, "linear_bf16_m1_k1536_n8960"}},
+      {"w4a8_m64_k1536_n1536_g128",
+       {"int4_linear", int4_case<64, 1536, 1536, 128, true>, int4_weight_bytes(1536, 1536, 128)}},
+      {"w4a16_m64_k1536_n1536_g128",
+       {"int4_linear", int4_case<64, 1536, 1536, 128, false>, int4_weight_bytes(1536, 1536, 128),
+        0, "linear_bf16_m64_k1536_n1536"}},
   };
   return c;
 }
