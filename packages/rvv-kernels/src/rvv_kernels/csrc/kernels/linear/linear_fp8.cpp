@@ -50,6 +50,8 @@ void fp8_block(const Fp8Problem& pr, const std::uint8_t* panel, const float* xs,
   const PackedWeightHeader& h = *pr.h;
   const std::int64_t nr = h.panel, bk = pr.block_k;
   const std::int64_t cols_left = std::min(nr, h.n - n0);
+  // Pairs of k where two decoded weight vectors fit beside the 2 MR accumulator groups.
+  constexpr bool kPairs = 2 * MR * L + 2 * L <= 24;
   for (std::int64_t c = 0; c < cols_left;) {
     // Only real channels: the scale and bias loads stay inside their [.., n] rows.
     const std::size_t vl = F::setvl(static_cast<std::size_t>(cols_left - c));
@@ -73,7 +75,23 @@ void fp8_block(const Fp8Problem& pr, const std::uint8_t* panel, const float* xs,
         RVVK_ROWS(RVVK_FIRST)
 #undef RVVK_FIRST
       }
-      for (std::int64_t k = kb + 1; k < ke; ++k, w += nr) {
+      std::int64_t k = kb + 1;
+      if constexpr (kPairs) {
+        // Two k per step, both decoded before either is used: half the loop overhead,
+        // and a decode switching element widths (Zvfh) changes vtype once per pair.
+        for (; k + 1 < ke; k += 2, w += 2 * nr) {
+          const typename F::V w0 = D::load(w, vl);
+          const typename F::V w1 = D::load(w + nr, vl);
+#define RVVK_MAC2(i)                                \
+  if constexpr (MR > i) {                           \
+    sum##i = F::fmacc(sum##i, x##i[k], w0, vl);     \
+    sum##i = F::fmacc(sum##i, x##i[k + 1], w1, vl); \
+  }
+          RVVK_ROWS(RVVK_MAC2)
+#undef RVVK_MAC2
+        }
+      }
+      for (; k < ke; ++k, w += nr) {
         const typename F::V wv = D::load(w, vl);
 #define RVVK_MAC(i) \
   if constexpr (MR > i) sum##i = F::fmacc(sum##i, x##i[k], wv, vl);
