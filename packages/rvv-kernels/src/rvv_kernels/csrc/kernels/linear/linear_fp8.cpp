@@ -80,15 +80,16 @@ void fp8_block(const Fp8Problem& pr, const std::uint8_t* panel, const float* xs,
         // Two k per step, both decoded before either is used: half the loop overhead,
         // and a decode switching element widths (Zvfh) changes vtype once per pair.
         for (; k + 1 < ke; k += 2, w += 2 * nr) {
-          const typename F::V w0 = D::load(w, vl);
-          const typename F::V w1 = D::load(w + nr, vl);
+          D::load2(w, w + nr, vl,
+                   [&](typename F::V w0, typename F::V w1) RVVK_ALWAYS_INLINE {
 #define RVVK_MAC2(i)                                \
   if constexpr (MR > i) {                           \
     sum##i = F::fmacc(sum##i, x##i[k], w0, vl);     \
     sum##i = F::fmacc(sum##i, x##i[k + 1], w1, vl); \
   }
-          RVVK_ROWS(RVVK_MAC2)
+                     RVVK_ROWS(RVVK_MAC2)
 #undef RVVK_MAC2
+                   });
         }
       }
       for (; k < ke; ++k, w += nr) {

@@ -32,6 +32,11 @@ struct Fp8Weights {
     for (std::size_t i = 0; i < vl; ++i) lanes[i] = scalar::bits_to_f32(bits(p[i]));
     return F::load(lanes, vl);
   }
+  template <class Fn>
+  RVVK_ALWAYS_INLINE static void load2(const std::uint8_t* p0, const std::uint8_t* p1,
+                                       std::size_t vl, Fn&& fn) {
+    fn(load(p0, vl), load(p1, vl));
+  }
 };
 
 }  // namespace

@@ -29,6 +29,18 @@ struct Fp8Weights {
     const typename T::I w = __riscv_vsll(__riscv_vsext_vf4(b, vl), 20, vl);
     return T::as_f(__riscv_vand(w, static_cast<std::int32_t>(0x87f00000u), vl));
   }
+  template <class Fn>
+  RVVK_ALWAYS_INLINE static void load2(const std::uint8_t* p0, const std::uint8_t* p1,
+                                       std::size_t vl, Fn&& fn) {
+    const typename T::I8 b0 = T::le_i8(reinterpret_cast<const std::int8_t*>(p0), vl);
+    const typename T::I8 b1 = T::le_i8(reinterpret_cast<const std::int8_t*>(p1), vl);
+    const typename T::I16 h0 = __riscv_vwmul(b0, std::int8_t{64}, vl);
+    const typename T::I16 h1 = __riscv_vwmul(b1, std::int8_t{64}, vl);
+    const typename T::I i0 = __riscv_vwmul(h0, std::int16_t{16384}, vl);
+    const typename T::I i1 = __riscv_vwmul(h1, std::int16_t{16384}, vl);
+    fn(T::as_f(__riscv_vand(i0, static_cast<std::int32_t>(0x87f00000u), vl)),
+       T::as_f(__riscv_vand(i1, static_cast<std::int32_t>(0x87f00000u), vl)));
+  }
 };
 
 }  // namespace

@@ -52,6 +52,18 @@ struct Fp8Weights {
         __riscv_vand(__riscv_vwmulsu(b, std::uint8_t{128}, vl), std::int16_t{-16385}, vl);
     return __riscv_vfwcvt_f(Fp8Half<L>::as_f16(h), vl);
   }
+  // Two byte vectors stage by stage: one vtype change per stage for both.
+  template <class Fn>
+  RVVK_ALWAYS_INLINE static void load2(const std::uint8_t* p0, const std::uint8_t* p1,
+                                       std::size_t vl, Fn&& fn) {
+    const typename T::I8 b0 = T::le_i8(reinterpret_cast<const std::int8_t*>(p0), vl);
+    const typename T::I8 b1 = T::le_i8(reinterpret_cast<const std::int8_t*>(p1), vl);
+    const typename T::I16 m0 = __riscv_vwmulsu(b0, std::uint8_t{128}, vl);
+    const typename T::I16 m1 = __riscv_vwmulsu(b1, std::uint8_t{128}, vl);
+    const typename T::I16 h0 = __riscv_vand(m0, std::int16_t{-16385}, vl);
+    const typename T::I16 h1 = __riscv_vand(m1, std::int16_t{-16385}, vl);
+    fn(__riscv_vfwcvt_f(Fp8Half<L>::as_f16(h0), vl), __riscv_vfwcvt_f(Fp8Half<L>::as_f16(h1), vl));
+  }
 };
 
 }  // namespace
