@@ -233,7 +233,8 @@ std::function<void()> rope_case() {
   };
 }
 
-// Packs a random [n, k] weight of dtype `dt` (bf16 or int8) for the running variant.
+// Packs a random [n, k] weight of dtype `dt` (bf16, int8 or fp8 e4m3) for the running
+// variant.
 std::vector<std::uint32_t> packed_weight(DType dt, std::int64_t n, std::int64_t k) {
   static Rng rng;
   rvvk::PackedWeightHeader h;
@@ -242,6 +243,11 @@ std::vector<std::uint32_t> packed_weight(DType dt, std::int64_t n, std::int64_t 
   if (dt == DType::kI8) {
     std::vector<std::int8_t> w(static_cast<std::size_t>(n * k));
     for (auto& v : w) v = static_cast<std::int8_t>(rng.next() * 127.0f);
+    rvvk::pack_weight(h, w.data(), k, packed.data());
+  } else if (dt == DType::kFP8E4M3) {
+    // Random codes, the NaN codes (0x7f, 0xff) excepted.
+    std::vector<std::uint8_t> w(static_cast<std::size_t>(n * k));
+    for (auto& v : w) v = static_cast<std::uint8_t>(static_cast<int>(rng.next() * 127.0f) & 0xfe);
     rvvk::pack_weight(h, w.data(), k, packed.data());
   } else {
     const auto w = random_bf16(static_cast<std::size_t>(n * k), rng);
@@ -352,6 +358,25 @@ std::function<void()> int4_case() {
 // and uint8 zero point per channel.
 constexpr std::int64_t int4_weight_bytes(std::int64_t k, std::int64_t n, std::int64_t g) {
   return k * n / 2 + (k + g - 1) / g * n * (4 + 1);
+// FP8 W8A16 layer as fp8_scaled_mm_cpu runs it: bf16 x, fp8 e4m3 W with one scale per
+// 128 k and channel (the op layer's expansion of 128 x 128 blocks), bf16 out.
+constexpr std::int64_t kFp8BlockK = 128;
+template <std::int64_t M, std::int64_t K, std::int64_t N>
+std::function<void()> fp8w_case() {
+  static Layer<M, K, N> d(DType::kFP8E4M3);
+  static std::vector<float> scales(((K + kFp8BlockK - 1) / kFp8BlockK) * N, 0.01f);
+  static rvvk::Fp8LinearArgs a;
+  d.set(a);
+  a.x_dtype = DType::kBF16;
+  a.x = d.x.data();
+  a.x_stride = K;
+  a.scales = scales.data();
+  a.block_k = kFp8BlockK;
+  return [] { rvvk::fp8_linear(a, 0, d.tasks()); };
+}
+// Bytes an fp8 layer streams: the weight codes and the block scales.
+constexpr std::int64_t fp8w_bytes(std::int64_t k, std::int64_t n) {
+  return k * n + (k + kFp8BlockK - 1) / kFp8BlockK * n * 4;
 }
 
 const std::map<std::string, Case>& cases() {
@@ -381,6 +406,11 @@ const std::map<std::string, Case>& cases() {
       {"w4a16_m64_k1536_n1536_g128",
        {"int4_linear", int4_case<64, 1536, 1536, 128, false>, int4_weight_bytes(1536, 1536, 128),
         0, "linear_bf16_m64_k1536_n1536"}},
+      {"fp8w_m1_k1536_n8960",
+       {"fp8_linear", fp8w_case<1, 1536, 8960>, fp8w_bytes(1536, 8960), 0,
+        "linear_bf16_m1_k1536_n8960"}},
+      {"fp8w_m64_k1536_n8960",
+       {"fp8_linear", fp8w_case<64, 1536, 8960>, fp8w_bytes(1536, 8960)}},
   };
   return c;
 }

@@ -1,0 +1,70 @@
+// FP8 e4m3 weight decoding for linear_fp8.cpp on RVV 1.0 with Zvfh: the byte becomes
+// an fp16 by two 16-bit integer instructions and the hardware widens it to fp32.
+// Defines rvvk::RVVK_NS::Fp8Weights<L>.
+#pragma once
+
+#include <riscv_vector.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "rvvk/detail/dispatch.h"
+#include "rvvk/detail/vec.h"
+
+#if !defined(__riscv_zvfh)
+#error "rvv_zvfh/linear_fp8_isa.h needs Zvfh"
+#endif
+
+namespace rvvk::RVVK_NS {
+namespace {
+
+// int16 vector bits as fp16, per LMUL of the fp32 lanes (the intrinsic's name carries it).
+template <int L>
+struct Fp8Half;
+#define RVVK_FP8_HALF(L, H)                                                \
+  template <>                                                              \
+  struct Fp8Half<L> {                                                      \
+    static vfloat16##H##_t as_f16(vint16##H##_t v) {                       \
+      return __riscv_vreinterpret_v_i16##H##_f16##H(v);                    \
+    }                                                                      \
+  };
+RVVK_FP8_HALF(1, mf2)
+RVVK_FP8_HALF(2, m1)
+RVVK_FP8_HALF(4, m2)
+RVVK_FP8_HALF(8, m4)
+#undef RVVK_FP8_HALF
+
+// Fp8Weights<L>::load(p, vl): the e4m3 bytes p[0, vl) as fp32 lanes (LMUL L) holding
+// fp8 value * 2^kExponent, exactly: the signed byte times 128 (vwmulsu.vx) puts the sign
+// at bits 14..15 and the 4 exponent and 3 mantissa bits at bits 7..13, clearing bit 14
+// leaves an fp16 whose exponent bias 7 is read as 15 (the value times 2^-8, e4m3
+// subnormals landing on fp16 subnormals), and vfwcvt.f.f.v widens it exactly. Half the
+// 32-bit work of the integer-only decode. 0x7f / 0xff (e4m3fn's NaN) decode as +-480,
+// not NaN, as there.
+template <int L>
+struct Fp8Weights {
+  using F = vec::F32<L>;
+  using T = vec::rvv::Lmul<L>;
+  static constexpr int kExponent = -8;
+  static typename F::V load(const std::uint8_t* p, std::size_t vl) {
+    const typename T::I8 b = T::le_i8(reinterpret_cast<const std::int8_t*>(p), vl);
+    const typename T::I16 h =
+        __riscv_vand(__riscv_vwmulsu(b, std::uint8_t{128}, vl), std::int16_t{-16385}, vl);
+    return __riscv_vfwcvt_f(Fp8Half<L>::as_f16(h), vl);
+  }
+  // Two byte vectors stage by stage: one vtype change per stage for both.
+  template <class Fn>
+  RVVK_ALWAYS_INLINE static void load2(const std::uint8_t* p0, const std::uint8_t* p1,
+                                       std::size_t vl, Fn&& fn) {
+    const typename T::I8 b0 = T::le_i8(reinterpret_cast<const std::int8_t*>(p0), vl);
+    const typename T::I8 b1 = T::le_i8(reinterpret_cast<const std::int8_t*>(p1), vl);
+    const typename T::I16 m0 = __riscv_vwmulsu(b0, std::uint8_t{128}, vl);
+    const typename T::I16 m1 = __riscv_vwmulsu(b1, std::uint8_t{128}, vl);
+    const typename T::I16 h0 = __riscv_vand(m0, std::int16_t{-16385}, vl);
+    const typename T::I16 h1 = __riscv_vand(m1, std::int16_t{-16385}, vl);
+    fn(__riscv_vfwcvt_f(Fp8Half<L>::as_f16(h0), vl), __riscv_vfwcvt_f(Fp8Half<L>::as_f16(h1), vl));
+  }
+};
+
+}  // namespace
+}  // namespace rvvk::RVVK_NS
