@@ -15,8 +15,10 @@
 #include <cstring>
 #include <initializer_list>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "common.h"
 #include "ops.h"
@@ -27,18 +29,21 @@ namespace {
 // Multiply-adds per thread task below which threading costs more than it saves.
 constexpr std::int64_t kMinMacsPerTask = 1 << 18;
 
+// The rvv-kernels dtype of a weight: float (allow_float), int8 (allow_int8) or fp8 e4m3
+// (allow_fp8) as the caller allows.
 rvvk::DType weight_dtype(const char* op, const char* arg, const at::Tensor& t, bool allow_int8,
-                         bool allow_float) {
+                         bool allow_float, bool allow_fp8 = false) {
   const at::ScalarType st = t.scalar_type();
   if (allow_float && (st == at::kFloat || st == at::kBFloat16 || st == at::kHalf)) {
     return kernel_dtype(op, arg, t);
   }
   if (allow_int8 && st == at::kChar) return rvvk::DType::kI8;
-  TORCH_CHECK_TYPE(false, op, ": ", arg, " has dtype ", dtype_name(st), "; expected ",
-                   allow_float && allow_int8 ? "torch.float32, torch.bfloat16, torch.float16 "
-                                               "or torch.int8"
-                   : allow_float             ? "torch.float32, torch.bfloat16 or torch.float16"
-                                             : "torch.int8");
+  if (allow_fp8 && st == at::kFloat8_e4m3fn) return rvvk::DType::kFP8E4M3;
+  std::string expected;
+  if (allow_float) expected = "torch.float32, torch.bfloat16, torch.float16";
+  if (allow_int8) expected += std::string(expected.empty() ? "" : ", ") + "torch.int8";
+  if (allow_fp8) expected += std::string(expected.empty() ? "" : ", ") + "torch.float8_e4m3fn";
+  TORCH_CHECK_TYPE(false, op, ": ", arg, " has dtype ", dtype_name(st), "; expected ", expected);
   return rvvk::DType::kF32;
 }
 
@@ -262,7 +267,7 @@ at::Tensor int8_mm(const char* op, const at::Tensor& a, std::int64_t a_stride,
 // Elements per row of the packed tensor for an [n, k] weight of `dtype` on this CPU.
 std::int64_t packed_weight_cols(std::int64_t n, std::int64_t k, at::ScalarType dtype) {
   const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
-  const rvvk::DType dt = weight_dtype("convert_weight_packed", "weight", probe, true, true);
+  const rvvk::DType dt = weight_dtype("convert_weight_packed", "weight", probe, true, true, true);
   rvvk::PackedWeightHeader h;
   rvvk::pack_weight_layout(dt, n, k, &h);
   return packed_cols(h, rvvk::packed_element_bytes(dt));
@@ -279,7 +284,7 @@ at::Tensor convert_weight_packed(bool meta, const at::Tensor& weight) {
   const char* op = "convert_weight_packed";
   if (!meta) check_cpu(op, "weight", weight);
   check_weight_dims(op, "weight", weight);
-  const rvvk::DType dt = weight_dtype(op, "weight", weight, true, true);
+  const rvvk::DType dt = weight_dtype(op, "weight", weight, true, true, true);
   if (meta) {
     // The packed width depends on N and K: a traced graph is specialised to them.
     const c10::SymInt n = weight.sym_size(0);
@@ -369,6 +374,320 @@ at::Tensor int8_scaled_mm_with_quant(bool meta, const at::Tensor& mat1, const at
   if (meta) return linear_out_meta(mat1, mat2, out_dtype);
   auto [q, s] = per_token_quant_int8_cpu(false, mat1);
   return int8_mm(op, q, mat1.size(1), s, mat2, scales2, bias, out_dtype, is_vnni);
+}
+
+}  // namespace rvv_ops
+
+// ---------------------------------------------------------------------------------------
+// Quantised weights: INT4 (AWQ / GPTQ) and FP8 W8A16.
+namespace rvv_ops {
+namespace {
+
+// SGLang's CPUQuantAlgo.
+constexpr std::int64_t kAwq = 0, kGptq = 1;
+
+// AWQ's nibble order: column 8c + j of an int32 word c holds bits [4 * kAwqOrder[j], +4).
+constexpr int kAwqOrder[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+
+void check_int32(const char* op, const char* arg, const at::Tensor& t, const char* what) {
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kInt, op, ": ", arg, " has dtype ",
+                   dtype_name(t.scalar_type()), "; expected torch.int32 (", what, ")");
+  TORCH_CHECK_VALUE(t.dim() == 2, op, ": ", arg, " is ", t.dim(), "-d (", describe(t),
+                    "); expected a 2-D tensor ", what,
+                    t.dim() == 3 ? " (3-D expert-stacked MoE weights are not supported yet)"
+                                 : "");
+}
+
+// The shapes of an AWQ / GPTQ checkpoint's int4 tensors, checked.
+struct Int4Shape {
+  std::int64_t n = 0, k = 0, groups = 0, group_size = 0;
+};
+
+Int4Shape int4_shape(const char* op, const at::Tensor& qweight, const at::Tensor& qzeros,
+                     const at::Tensor& scales, std::int64_t method) {
+  TORCH_CHECK_VALUE(method == kAwq || method == kGptq, op, ": quant_method is ", method,
+                    "; expected 0 (AWQ) or 1 (GPTQ)");
+  const bool awq = method == kAwq;
+  check_int32(op, "qweight", qweight,
+              awq ? "AWQ's [K, N / 8] packed nibbles" : "GPTQ's [K / 8, N] packed nibbles");
+  check_int32(op, "qzeros", qzeros, "[groups, N / 8] packed zero points");
+  kernel_dtype(op, "scales", scales);
+  TORCH_CHECK_VALUE(scales.dim() == 2, op, ": scales is ", scales.dim(), "-d (",
+                    describe(scales), "); expected [groups, N]");
+  Int4Shape s;
+  s.k = awq ? qweight.size(0) : qweight.size(0) * 8;
+  s.n = awq ? qweight.size(1) * 8 : qweight.size(1);
+  s.groups = scales.size(0);
+  TORCH_CHECK_VALUE(s.n > 0 && s.k > 0, op, ": qweight (", describe(qweight),
+                    ") is empty; expected N >= 8 and K >= 1");
+  TORCH_CHECK_VALUE(scales.size(1) == s.n, op, ": scales (", describe(scales), ") has ",
+                    scales.size(1), " columns; expected N = ", s.n, " (from qweight ",
+                    describe(qweight), ")");
+  TORCH_CHECK_VALUE(s.groups >= 1 && s.k % s.groups == 0, op, ": scales (", describe(scales),
+                    ") has ", s.groups, " groups, which do not divide K = ", s.k,
+                    "; expected K / groups input channels per group");
+  s.group_size = s.k / s.groups;
+  TORCH_CHECK_VALUE(s.group_size % 2 == 0 || s.groups == 1, op, ": group size K / groups = ",
+                    s.k, " / ", s.groups, " = ", s.group_size,
+                    " is odd; expected an even group size (or one group)");
+  TORCH_CHECK_VALUE(qzeros.size(0) == s.groups && qzeros.size(1) * 8 == s.n, op, ": qzeros (",
+                    describe(qzeros), ") does not match [groups, N / 8] = [", s.groups, ", ",
+                    s.n / 8, "]");
+  return s;
+}
+
+// The nibble-per-byte weight q [N, K] and zero points [groups, N] (GPTQ's stored zero + 1,
+// as SGLang reads GPTQ checkpoints) of an AWQ / GPTQ checkpoint.
+std::pair<at::Tensor, at::Tensor> unpack_int4(const Int4Shape& s, const at::Tensor& qweight,
+                                              const at::Tensor& qzeros, std::int64_t method) {
+  const at::Tensor qw = qweight.contiguous(), qz = qzeros.contiguous();
+  const auto* w = reinterpret_cast<const std::uint32_t*>(qw.data_ptr<std::int32_t>());
+  const auto* z = reinterpret_cast<const std::uint32_t*>(qz.data_ptr<std::int32_t>());
+  at::Tensor q = at::empty({s.n, s.k}, qweight.options().dtype(at::kByte));
+  at::Tensor zeros = at::empty({s.groups, s.n}, qweight.options().dtype(at::kByte));
+  std::uint8_t* qd = q.data_ptr<std::uint8_t>();
+  std::uint8_t* zd = zeros.data_ptr<std::uint8_t>();
+  const bool awq = method == kAwq;
+  at::parallel_for(0, s.n, 64, [&](std::int64_t nb, std::int64_t ne) {
+    for (std::int64_t j = nb; j < ne; ++j) {
+      for (std::int64_t k = 0; k < s.k; ++k) {
+        const std::uint32_t word = awq ? w[k * (s.n / 8) + j / 8] : w[(k / 8) * s.n + j];
+        const int shift = awq ? 4 * kAwqOrder[j % 8] : 4 * static_cast<int>(k % 8);
+        qd[j * s.k + k] = static_cast<std::uint8_t>((word >> shift) & 0xF);
+      }
+      for (std::int64_t g = 0; g < s.groups; ++g) {
+        const std::uint32_t word = z[g * (s.n / 8) + j / 8];
+        const int shift = awq ? 4 * kAwqOrder[j % 8] : 4 * static_cast<int>(j % 8);
+        zd[g * s.n + j] = static_cast<std::uint8_t>(((word >> shift) & 0xF) + (awq ? 0 : 1));
+      }
+    }
+  });
+  return {q, zeros};
+}
+
+std::int64_t int4_packed_cols(const rvvk::PackedInt4Header& h) {
+  return (h.bytes + h.n - 1) / h.n;
+}
+
+// The header of a packed int4 weight (convert_weight_packed_scale_zp's first result),
+// checked against the tensor holding it.
+rvvk::PackedInt4Header int4_header(const char* op, const at::Tensor& w) {
+  const char* hint = "; pass the first tensor returned by convert_weight_packed_scale_zp";
+  TORCH_CHECK_VALUE(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous() &&
+                        reinterpret_cast<std::uintptr_t>(w.data_ptr()) % 4 == 0,
+                    op, ": w (", describe(w), ") is not a contiguous 4-byte aligned 2-D uint8 "
+                    "tensor", hint);
+  const std::int64_t nbytes = w.numel();
+  TORCH_CHECK_VALUE(nbytes >= rvvk::kPackedWeightHeaderBytes, op, ": w (", describe(w),
+                    ") holds ", nbytes, " bytes, too few for a packed int4 weight", hint);
+  rvvk::PackedInt4Header h;
+  std::memcpy(&h, w.data_ptr(), sizeof h);
+  TORCH_CHECK_VALUE(h.magic == rvvk::kPackedInt4Magic, op, ": w (", describe(w),
+                    ") does not start with a packed int4 header", hint);
+  TORCH_CHECK_VALUE(h.version == rvvk::kPackedInt4Version, op, ": w was packed in int4 format "
+                    "version ", h.version, "; this build reads version ",
+                    rvvk::kPackedInt4Version, " (re-pack the weight)");
+  TORCH_CHECK_VALUE(
+      h.n == w.size(0) && h.k >= 1 && h.panel >= 1 && h.group_size >= 1 &&
+          h.k_padded == h.k + (h.k & 1) &&
+          (h.group_size % 2 == 0 || h.group_size >= h.k) &&
+          h.bytes == rvvk::kPackedWeightHeaderBytes +
+                         rvvk::int4_linear_tasks(h) * h.panel * (h.k_padded / 2) &&
+          h.bytes <= nbytes,
+      op, ": w (", describe(w), ") has an inconsistent packed int4 header (n=", h.n, ", k=",
+      h.k, ", group_size=", h.group_size, ", panel=", h.panel, ", bytes=", h.bytes,
+      "); it was changed after convert_weight_packed_scale_zp or is not one");
+  return h;
+}
+
+// w_zeros (uint8) / w_scales (fp32): [1, groups, N] as convert_weight_packed_scale_zp returns
+// them, or [groups, N].
+void check_group_table(const char* op, const char* arg, const at::Tensor& t, at::ScalarType st,
+                       std::int64_t groups, std::int64_t n) {
+  TORCH_CHECK_TYPE(t.scalar_type() == st, op, ": ", arg, " has dtype ",
+                   dtype_name(t.scalar_type()), "; expected ", dtype_name(st),
+                   " (as convert_weight_packed_scale_zp returns it)");
+  const bool shape_ok = (t.dim() == 3 && t.size(0) == 1 && t.size(1) == groups &&
+                         t.size(2) == n) ||
+                        (t.dim() == 2 && t.size(0) == groups && t.size(1) == n);
+  TORCH_CHECK_VALUE(shape_ok, op, ": ", arg, " (", describe(t), ") does not match [1, ", groups,
+                    ", ", n, "] (groups x N of the packed weight w)");
+}
+
+// x [..., K] as rows [M, K].
+at::Tensor rows_2d(const char* op, const at::Tensor& x) {
+  TORCH_CHECK_VALUE(x.dim() >= 1 && x.size(-1) >= 1, op, ": x (", describe(x),
+                    ") has no input channels; expected [..., K] with K >= 1");
+  return x.reshape({-1, x.size(-1)});
+}
+
+at::Tensor int4_mm(bool meta, const char* op, const at::Tensor& x, const at::Tensor& w,
+                   const at::Tensor& w_zeros, const at::Tensor& w_scales,
+                   const std::optional<at::Tensor>& bias, bool w4a8) {
+  if (!meta) {
+    check_all_cpu(op, {{"x", &x}, {"w", &w}, {"w_zeros", &w_zeros}, {"w_scales", &w_scales}},
+                  bias);
+  }
+  const rvvk::DType xdt = kernel_dtype(op, "x", x);
+  check_same_device(op, "w", w, "x", x);
+  if (bias) check_same_device(op, "bias", *bias, "x", x);
+  TORCH_CHECK_VALUE(w_scales.dim() >= 2, op, ": w_scales (", describe(w_scales),
+                    ") is not [1, groups, N]");
+  if (meta) {
+    std::vector<c10::SymInt> sizes(x.sym_sizes().begin(), x.sym_sizes().end());
+    TORCH_CHECK_VALUE(!sizes.empty(), op, ": x is 0-d; expected [..., K]");
+    sizes.back() = w_scales.sym_size(-1);
+    return at::empty_symint(sizes, x.options());
+  }
+  const rvvk::PackedInt4Header h = int4_header(op, w);
+  const std::int64_t groups = rvvk::int4_groups(h);
+  check_group_table(op, "w_zeros", w_zeros, at::kByte, groups, h.n);
+  check_group_table(op, "w_scales", w_scales, at::kFloat, groups, h.n);
+  TORCH_CHECK_VALUE(x.dim() >= 1 && x.size(-1) == h.k, op, ": x (", describe(x), ") has K = ",
+                    x.dim() >= 1 ? x.size(-1) : 0, "; the packed weight w was made for K = ",
+                    h.k);
+  check_bias(op, bias, h.n);
+  const at::Tensor zeros = w_zeros.contiguous(), scales = w_scales.contiguous();
+  const at::Tensor b = bias ? bias->contiguous() : at::Tensor();
+  at::Tensor x2 = rows_2d(op, x);
+  std::vector<std::int64_t> out_sizes(x.sizes().begin(), x.sizes().end());
+  out_sizes.back() = h.n;
+  at::Tensor out = at::empty({x2.size(0), h.n}, x.options());
+  if (x2.size(0) > 0) {
+    rvvk::Int4LinearArgs args;
+    args.m = x2.size(0);
+    at::Tensor q, qs;
+    if (w4a8) {
+      std::tie(q, qs) = per_token_quant_int8_cpu(false, x2);
+      args.a = static_cast<const std::int8_t*>(q.data_ptr());
+      args.a_stride = q.size(1);
+      args.a_scales = qs.data_ptr<float>();
+    } else {
+      args.x_stride = rows_of(x2);
+      args.x_dtype = xdt;
+      args.x = x2.data_ptr();
+    }
+    args.packed = w.data_ptr();
+    args.scales = scales.data_ptr<float>();
+    args.zeros = zeros.data_ptr<std::uint8_t>();
+    if (b.defined()) {
+      args.bias_dtype = float_dtype(b.scalar_type());
+      args.bias = b.data_ptr();
+    }
+    args.out_dtype = float_dtype(out.scalar_type());
+    args.out = out.data_ptr();
+    args.out_stride = h.n;
+    const std::int64_t macs = std::max<std::int64_t>(1, args.m * h.k * h.panel);
+    at::parallel_for(0, rvvk::int4_linear_tasks(h),
+                     std::max<std::int64_t>(1, kMinMacsPerTask / macs),
+                     [&](std::int64_t begin, std::int64_t end) {
+                       rvvk::int4_linear(args, begin, end);
+                     });
+  }
+  return out.view(out_sizes);
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convert_weight_packed_scale_zp(
+    bool meta, const at::Tensor& qweight, const at::Tensor& qzeros, const at::Tensor& scales,
+    std::int64_t quant_method) {
+  const char* op = "convert_weight_packed_scale_zp";
+  if (!meta) {
+    check_all_cpu(op, {{"qweight", &qweight}, {"qzeros", &qzeros}, {"scales", &scales}},
+                  std::nullopt);
+  }
+  const Int4Shape s = int4_shape(op, qweight, qzeros, scales, quant_method);
+  rvvk::PackedInt4Header h;
+  rvvk::pack_int4_weight_layout(s.n, s.k, s.group_size, &h);
+  const at::TensorOptions u8 = qweight.options().dtype(at::kByte);
+  if (meta) {
+    return {at::empty({s.n, int4_packed_cols(h)}, u8), at::empty({1, s.groups, s.n}, u8),
+            at::empty({1, s.groups, s.n}, scales.options().dtype(at::kFloat))};
+  }
+  const auto [q, zeros] = unpack_int4(s, qweight, qzeros, quant_method);
+  at::Tensor packed = at::zeros({s.n, int4_packed_cols(h)}, u8);
+  TORCH_CHECK(reinterpret_cast<std::uintptr_t>(packed.data_ptr()) % 4 == 0, op,
+              ": internal error: misaligned allocation");
+  rvvk::pack_int4_weight(h, q.data_ptr<std::uint8_t>(), s.k, packed.data_ptr());
+  return {packed, zeros.view({1, s.groups, s.n}),
+          scales.to(at::kFloat).contiguous().view({1, s.groups, s.n})};
+}
+
+at::Tensor int4_scaled_mm_cpu(bool meta, const at::Tensor& x, const at::Tensor& w,
+                              const at::Tensor& w_zeros, const at::Tensor& w_scales,
+                              const std::optional<at::Tensor>& bias) {
+  return int4_mm(meta, "int4_scaled_mm_cpu", x, w, w_zeros, w_scales, bias, true);
+}
+
+at::Tensor int4_w4a16_mm_cpu(bool meta, const at::Tensor& x, const at::Tensor& w,
+                             const at::Tensor& w_zeros, const at::Tensor& w_scales,
+                             const std::optional<at::Tensor>& bias) {
+  return int4_mm(meta, "int4_w4a16_mm_cpu", x, w, w_zeros, w_scales, bias, false);
+}
+
+at::Tensor fp8_scaled_mm_cpu(bool meta, const at::Tensor& mat1, const at::Tensor& mat2,
+                             const at::Tensor& scales2, at::IntArrayRef block_size,
+                             const std::optional<at::Tensor>& bias, at::ScalarType out_dtype,
+                             bool is_vnni) {
+  const char* op = "fp8_scaled_mm_cpu";
+  if (!meta) check_all_cpu(op, {{"mat1", &mat1}, {"mat2", &mat2}, {"scales2", &scales2}}, bias);
+  check_mat1(op, mat1, false);
+  check_same_device(op, "mat2", mat2, "mat1", mat1);
+  check_same_device(op, "scales2", scales2, "mat1", mat1);
+  if (bias) check_same_device(op, "bias", *bias, "mat1", mat1);
+  out_kernel_dtype(op, out_dtype);
+  weight_dtype(op, "mat2", mat2, false, false, true);
+  if (is_vnni) {
+    check_2d(op, "mat2", mat2, "packed by convert_weight_packed");
+  } else {
+    check_weight_dims(op, "mat2", mat2);
+    TORCH_CHECK_VALUE(mat2.sym_size(1) == mat1.sym_size(1), op, ": mat2 (", describe(mat2),
+                      ") has K = ", mat2.sym_size(1), "; expected mat1.size(1) = ",
+                      mat1.sym_size(1));
+  }
+  TORCH_CHECK_VALUE(block_size.size() == 2 && block_size[0] >= 1 && block_size[1] >= 1, op,
+                    ": block_size is ", block_size,
+                    "; expected [block_n, block_k], both >= 1");
+  TORCH_CHECK_TYPE(scales2.scalar_type() == at::kFloat, op, ": scales2 has dtype ",
+                   dtype_name(scales2.scalar_type()), "; expected torch.float32");
+  check_bias(op, bias, mat2.sym_size(0));
+  if (meta) return linear_out_meta(mat1, mat2, out_dtype);
+  const std::int64_t n = mat2.size(0), k = mat1.size(1);
+  const std::int64_t bn = block_size[0], bk = block_size[1];
+  const std::int64_t nb = (n + bn - 1) / bn, kb = (k + bk - 1) / bk;
+  TORCH_CHECK_VALUE(scales2.dim() == 2 && scales2.size(0) == nb && scales2.size(1) == kb, op,
+                    ": scales2 (", describe(scales2), ") does not match [ceil(N / block_n), "
+                    "ceil(K / block_k)] = [", nb, ", ", kb, "] for N = ", n, ", K = ", k,
+                    ", block_size [", bn, ", ", bk, "]");
+  const auto [packed, h] = packed_weight(op, mat2, rvvk::DType::kFP8E4M3, k, is_vnni);
+  // One scale per (k block, output channel): the kernel reads a vector of channels at once.
+  at::Tensor expanded = at::empty({kb, n}, scales2.options());
+  {
+    const at::Tensor sc = scales2.contiguous();
+    const float* src = sc.data_ptr<float>();
+    float* dst = expanded.data_ptr<float>();
+    for (std::int64_t b = 0; b < kb; ++b) {
+      for (std::int64_t j = 0; j < n; ++j) dst[b * n + j] = src[(j / bn) * kb + b];
+    }
+  }
+  const at::Tensor b = bias ? bias->contiguous() : at::Tensor();
+  at::Tensor x = mat1;
+  const std::int64_t x_stride = rows_of(x);
+  at::Tensor out = at::empty({x.size(0), n}, x.options().dtype(out_dtype));
+  if (x.size(0) == 0) return out;
+  rvvk::Fp8LinearArgs args;
+  args.m = x.size(0);
+  args.x_dtype = kernel_dtype(op, "mat1", x);
+  args.x = x.data_ptr();
+  args.x_stride = x_stride;
+  args.scales = expanded.data_ptr<float>();
+  args.block_k = bk;
+  set_weight_and_output(args, packed, b, out);
+  parallel_panels(h, args.m, [&](std::int64_t begin, std::int64_t end) {
+    rvvk::fp8_linear(args, begin, end);
+  });
+  return out;
 }
 
 }  // namespace rvv_ops

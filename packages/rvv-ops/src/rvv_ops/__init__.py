@@ -15,7 +15,9 @@ Importing this package loads ``rvv_ops/_C.so``, which registers
   ``rotary_embedding_cpu`` (``rvv_ops.rotary``)
 - linear layers (see ``rvv_ops.linear``): ``convert_weight_packed``,
   ``weight_packed_linear``, ``per_token_quant_int8_cpu``, ``int8_scaled_mm_cpu``,
-  ``int8_scaled_mm_with_quant``
+  ``int8_scaled_mm_with_quant``; quantised weights: ``convert_weight_packed_scale_zp``,
+  ``int4_scaled_mm_cpu`` (AWQ / GPTQ int4, W4A8), ``int4_w4a16_mm_cpu`` (rvv-ops' own W4A16),
+  ``fp8_scaled_mm_cpu`` (FP8 e4m3 block-scaled W8A16)
 
 with SGLang's names and arguments, so SGLang's CPU code paths find them, plus Meta
 kernels (the checks that need no data, then empty outputs) for fake tensors and
@@ -42,7 +44,13 @@ from rvv_ops.attention import (
 )
 from rvv_ops.layernorm import layernorm
 from rvv_ops.linear import (
+    AWQ,
+    GPTQ,
+    convert_int4_weight,
     convert_weight_packed,
+    fp8_scaled_mm,
+    int4_scaled_mm,
+    int4_w4a16_mm,
     int8_scaled_mm,
     int8_scaled_mm_with_quant,
     per_token_quant_int8,
@@ -52,21 +60,27 @@ from rvv_ops.rmsnorm import fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rm
 from rvv_ops.rotary import rotary_embedding
 
 __all__ = [
+    "AWQ",
+    "GPTQ",
     "UNSUPPORTED",
     "BuildInfo",
     "CpuInfo",
     "__version__",
     "build_info",
+    "convert_int4_weight",
     "convert_weight_packed",
     "decode_attention",
     "decode_attention_int8",
     "extend_attention",
     "extend_attention_int8",
+    "fp8_scaled_mm",
     "fused_add_rmsnorm",
     "gelu_and_mul",
     "gelu_tanh_and_mul",
     "gemma_fused_add_rmsnorm",
     "gemma_rmsnorm",
+    "int4_scaled_mm",
+    "int4_w4a16_mm",
     "int8_scaled_mm",
     "int8_scaled_mm_with_quant",
     "layernorm",

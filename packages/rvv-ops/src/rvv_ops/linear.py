@@ -1,4 +1,4 @@
-"""Typed wrappers over the linear-layer ops (csrc/linear.cpp: GEMM and W8A8 int8).
+"""Typed wrappers over the linear-layer ops (csrc/linear.cpp: GEMM, W8A8 int8, INT4, FP8).
 
 The ops keep the names and arguments SGLang 0.5.23's CPU code calls
 (``srt/layers/amx_utils.py``, ``quantization/unquant.py``, ``quantization/w8a8_int8.py``,
@@ -12,6 +12,12 @@ The ops keep the names and arguments SGLang 0.5.23's CPU code calls
 - ``per_token_quant_int8_cpu(A) -> (Tensor, Tensor)``: symmetric per-row int8 and scales.
 - ``int8_scaled_mm_cpu(mat1, mat2, scales1, scales2, bias, out_dtype, is_vnni) -> Tensor``
 - ``int8_scaled_mm_with_quant(mat1, mat2, scales2, bias, out_dtype, is_vnni) -> Tensor``
+- ``convert_weight_packed_scale_zp(qweight, qzeros, scales, quant_method)``: AWQ / GPTQ int4
+  checkpoint tensors -> ``(packed, zeros, scales)`` for the INT4 ops.
+- ``int4_scaled_mm_cpu(x, w, w_zeros, w_scales, bias) -> Tensor``: W4A8 (SGLang's).
+- ``int4_w4a16_mm_cpu(x, w, w_zeros, w_scales, bias) -> Tensor``: rvv-ops' W4A16.
+- ``fp8_scaled_mm_cpu(mat1, mat2, scales2, block_size, bias, out_dtype, is_vnni) -> Tensor``:
+  FP8 e4m3 weights with block scales (W8A16).
 
 ``is_vnni=True`` (SGLang always passes it) means ``mat2`` came from
 ``convert_weight_packed``; ``False`` means a plain ``[N, K]`` weight, packed for the call.
@@ -104,5 +110,84 @@ def int8_scaled_mm_with_quant(
     """
     out: Tensor = torch.ops.sgl_kernel.int8_scaled_mm_with_quant.default(
         x, weight, scales_w, bias, x.dtype if out_dtype is None else out_dtype, is_packed
+    )
+    return out
+
+
+AWQ = 0
+"""``quant_method`` of :func:`convert_int4_weight` for AWQ checkpoints (SGLang's
+``CPUQuantAlgo.AWQ``)."""
+GPTQ = 1
+"""``quant_method`` for GPTQ checkpoints (``CPUQuantAlgo.GPTQ``)."""
+
+
+def convert_int4_weight(
+    qweight: Tensor, qzeros: Tensor, scales: Tensor, quant_method: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Packs an AWQ (``quant_method=AWQ``) or GPTQ (``GPTQ``) int4 linear weight once, at load
+    time, for :func:`int4_scaled_mm` / :func:`int4_w4a16_mm`.
+
+    Calls ``torch.ops.sgl_kernel.convert_weight_packed_scale_zp``. AWQ: ``qweight`` int32
+    ``[K, N / 8]`` (eight nibbles per word in AWQ's order 0, 4, 1, 5, 2, 6, 3, 7), ``qzeros``
+    int32 ``[G, N / 8]`` (same order); GPTQ: ``qweight`` int32 ``[K / 8, N]`` (nibble ``i``
+    of a word is input channel ``8 r + i``), ``qzeros`` int32 ``[G, N / 8]`` holding zero
+    point - 1 (GPTQ's stored form); ``scales`` ``[G, N]`` float. The weight is
+    ``W[n, k] = (q[n, k] - zero[g, n]) * scale[g, n]`` with ``g = k // (K / G)``; the group
+    size ``K / G`` must be even (or ``G = 1``). GPTQ's act-order ``g_idx`` is not an argument:
+    checkpoints with a permuted ``g_idx`` must be refused by the caller. Returns ``(packed
+    uint8 [N, X], zero points uint8 [1, G, N], scales fp32 [1, G, N])``.
+    """
+    w, z, s = torch.ops.sgl_kernel.convert_weight_packed_scale_zp.default(
+        qweight, qzeros, scales, quant_method
+    )
+    return w, z, s
+
+
+def int4_scaled_mm(
+    x: Tensor, w: Tensor, w_zeros: Tensor, w_scales: Tensor, bias: Tensor | None = None
+) -> Tensor:
+    """W4A8 linear layer, SGLang's ``int4_scaled_mm_cpu``: each row of ``x [..., K]`` (fp32,
+    bf16 or fp16) quantised as :func:`per_token_quant_int8`, then per group ``g``
+    ``float(sum_k a[k] * (q[n, k] - zero[g, n])) * a_scale * scale[g, n]`` (exact int32
+    sums) accumulated in fp32 onto ``bias [N]`` (optional). ``w``, ``w_zeros``, ``w_scales``
+    come from :func:`convert_int4_weight`. Returns ``[..., N]`` in ``x``'s dtype.
+    """
+    out: Tensor = torch.ops.sgl_kernel.int4_scaled_mm_cpu.default(x, w, w_zeros, w_scales, bias)
+    return out
+
+
+def int4_w4a16_mm(
+    x: Tensor, w: Tensor, w_zeros: Tensor, w_scales: Tensor, bias: Tensor | None = None
+) -> Tensor:
+    """W4A16 linear layer: ``x @ W^T + bias`` with ``W`` the dequantised int4 weight, fp32
+    arithmetic, ``x`` not quantised (calls ``torch.ops.sgl_kernel.int4_w4a16_mm_cpu``,
+    rvv-ops' own op). Arguments as :func:`int4_scaled_mm`."""
+    out: Tensor = torch.ops.sgl_kernel.int4_w4a16_mm_cpu.default(x, w, w_zeros, w_scales, bias)
+    return out
+
+
+def fp8_scaled_mm(
+    x: Tensor,
+    weight: Tensor,
+    scales: Tensor,
+    block_size: list[int],
+    bias: Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    is_packed: bool = True,
+) -> Tensor:
+    """FP8 W8A16 linear layer, SGLang's ``fp8_scaled_mm_cpu``: ``x [M, K]`` (fp32, bf16 or
+    fp16) times ``W^T`` with ``W[n, k] = fp8_e4m3(weight[n, k]) * scales[n // bn, k // bk]``
+    (``block_size = [bn, bk]``, ``scales`` fp32 ``[ceil(N / bn), ceil(K / bk)]``), plus
+    ``bias``; fp32 arithmetic, result in ``out_dtype`` (default ``x``'s). ``weight`` is
+    ``torch.float8_e4m3fn``, packed by :func:`convert_weight_packed` or plain ``[N, K]``
+    (``is_packed=False``)."""
+    out: Tensor = torch.ops.sgl_kernel.fp8_scaled_mm_cpu.default(
+        x,
+        weight,
+        scales,
+        block_size,
+        bias,
+        x.dtype if out_dtype is None else out_dtype,
+        is_packed,
     )
     return out
