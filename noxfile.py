@@ -171,12 +171,25 @@ def install_sglang(session: nox.Session) -> None:
 @nox.session(name="sglang-tests")
 def sglang_tests(session: nox.Session) -> None:
     """sglang-rvv in a real SGLang 0.5.23: shim, plugin, backend on SGLang's test kit and
-    demo models served end to end (rvv vs torch_native); the backend on hand-built batches
-    against the conformance suite."""
+    demo models served end to end (rvv vs torch_native; of the quantised checkpoints the AWQ
+    W4A16 one, the rest is `sglang-quant`); the backend on hand-built batches against the
+    conformance suite."""
     install_sglang(session)
     session.run(
         "pytest", f"{SGLANG_RVV}/tests", f"{CONFORMANCE}/test_sglang_backend.py", "-v", "-s",
-        *session.posargs, env={"SGLANG_USE_CPU_ENGINE": "1"},
+        "-m", "not quant_full", *session.posargs, env={"SGLANG_USE_CPU_ENGINE": "1"},
+    )  # fmt: skip
+
+
+@nox.session(name="sglang-quant")
+def sglang_quant(session: nox.Session) -> None:
+    """Every quantised demo checkpoint (W8A8, AWQ and GPTQ W4A8 / W4A16, FP8 W8A16) served
+    through the RVV ops against its dequantised fp32 twin on torch_native (about 10 minutes;
+    not in the default run)."""
+    install_sglang(session)
+    session.run(
+        "pytest", f"{SGLANG_RVV}/tests/test_e2e_quant.py", "-v", "-s", *session.posargs,
+        env={"SGLANG_USE_CPU_ENGINE": "1"},
     )  # fmt: skip
 
 

@@ -20,6 +20,10 @@ decodes greedily from position 512. Modes:
   once by ``convert_weight_packed``) and attention through ``rvv_attention.decode``, bf16;
 * ``rvv-w8a8``: the same with the projections in W8A8 (int8 weights with per-channel scales,
   ``int8_scaled_mm_with_quant`` = per-token int8 quantisation + the int8 GEMM); LM head bf16.
+* ``rvv-w4a8``: the projections in INT4 (AWQ layout, groups of 128, packed by
+  ``convert_weight_packed_scale_zp``) through ``int4_scaled_mm_cpu`` (W4A8); LM head bf16.
+* ``rvv-fp8``: the projections in block-scaled FP8 e4m3 (128 x 128) through
+  ``fp8_scaled_mm_cpu`` (W8A16); LM head bf16.
 
 Counting. Each run is one guest process under QEMU 7.2 (the QEMU that loads TCG plugins)
 with the project's insncount plugin (tools/qemu-plugin/insncount.c), one torch thread (the
@@ -91,10 +95,12 @@ from ops_riscv import build_attention_wheel, build_kernels_wheel, build_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 GUEST = REPO / "tools" / "guest" / "decode_step.py"
-MODES = ("torch-native", "rvv", "rvv-w8a8")
+MODES = ("torch-native", "rvv", "rvv-w8a8", "rvv-w4a8", "rvv-fp8")
 NATIVE = "torch-native"
 # Targets at VLEN 256 (issue 7), reported, not asserted.
 TARGETS = {"rvv": 15.0, "rvv-w8a8": 20.0}
+# Issue 38: rvv-w4a8 at most this fraction of rvv-w8a8's estimated cycles per token at VLEN 256.
+W4A8_VS_W8A8 = 0.6
 FULL_SHAPE: dict[str, int] = {}  # the guest's defaults: Qwen2.5-1.5B layers, 2 layers
 # --projection: (layers, vocab) pairs; the rest of the shape is the guest's default.
 PROJECTION_SHAPES = ((1, 4096), (2, 4096), (1, 16384), (1, 151936))
@@ -458,6 +464,16 @@ def main(argv: list[str] | None = None) -> int:
         if target is not None and r["vlen"] == 256 and not args.quick:
             ok = min(r["ratio_vs_torch_native"], r["cycle_ratio_vs_torch_native"]) >= target
             say(f"target {r['mode']} >= {target:g}x at VLEN 256: {'met' if ok else 'NOT met'}")
+    cycles = {(r["mode"], r["vlen"]): r["est_cycles_per_token"] for r in records}
+    for vlen in sorted({r["vlen"] for r in records}):
+        w4, w8 = cycles.get(("rvv-w4a8", vlen)), cycles.get(("rvv-w8a8", vlen))
+        if w4 and w8:
+            ratio = w4 / w8
+            verdict = ""
+            if vlen == 256 and not args.quick:
+                met = "met" if ratio <= W4A8_VS_W8A8 else "NOT met"
+                verdict = f" (target <= {W4A8_VS_W8A8:g}: {met})"
+            say(f"VLEN {vlen}: rvv-w4a8 / rvv-w8a8 estimated cycles per token {ratio:.3f}{verdict}")
     say(f"wrote {out} ({wall:.0f} s in all)")
     return 0
 

@@ -4,7 +4,8 @@ Runs inside the emulated Debian 13 Python (torch 2.6, Python 3.13), started by
 ``tools/bench_e2e_riscv.py`` under QEMU with the insncount plugin; plain torch, ``rvv_ops``
 and ``rvv_attention`` only (no SGLang, nothing from the host).
 
-    python decode_step.py --mode torch-native|rvv|rvv-w8a8 --tokens N [--out FILE] [shape]
+    python decode_step.py --mode torch-native|rvv|rvv-w8a8|rvv-w4a8|rvv-fp8 --tokens N
+        [--out FILE] [shape]
 
 Builds the model from a fixed seed (random bf16 weights; the same weights in every mode),
 fills the first ``--context`` rows of each layer's K/V cache with random values (no prefill
@@ -24,6 +25,13 @@ vocabulary), starting from token 0 at position ``--context``. Modes:
   ``int8_scaled_mm_with_quant`` (per-token int8 quantisation of the activations, then the
   int8 GEMM). The LM head stays bf16 (``weight_packed_linear``), as in SGLang's W8A8
   checkpoints.
+* ``rvv-w4a8``: the projections in INT4 as AWQ checkpoints hold them (asymmetric, groups of
+  128 input channels, fp16 scales; written in AWQ's int32 layout and packed once by
+  ``convert_weight_packed_scale_zp``), run by ``int4_scaled_mm_cpu`` (SGLang's W4A8:
+  per-token int8 activations, exact int32 sums per group). LM head bf16.
+* ``rvv-fp8``: the projections in block-scaled FP8 e4m3 (blocks of 128 x 128, scale = block
+  amax / 448), packed once by ``convert_weight_packed``, run by ``fp8_scaled_mm_cpu``
+  (W8A16). LM head bf16.
 
 Marks for the insncount plugin: ``mark(n)`` right before the first token (n = 0) and after
 each token n, so the host measures decode steps alone (see tools/qemu-plugin/insncount.c).
@@ -205,14 +213,49 @@ def step_native(m: Model, token: int, pos: int) -> torch.Tensor:
 # ----------------------------------------------------------------------------- rvv
 
 
-class RvvModel:
-    """The same weights prepared for the rvv ops: packed once (bf16 or int8 + scales)."""
+INT4_GROUP = 128
+FP8_BLOCK = [128, 128]
+AWQ_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)
 
-    def __init__(self, m: Model, w8a8: bool) -> None:
+
+def awq_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """w [N, K] quantised to int4 (asymmetric per group of INT4_GROUP) in AWQ's layout:
+    (qweight int32 [K, N / 8], qzeros int32 [G, N / 8], scales fp16 [G, N])."""
+    n, k = w.shape
+    wg = w.float().reshape(n, k // INT4_GROUP, INT4_GROUP)
+    lo, hi = wg.amin(dim=2).clamp(max=0.0), wg.amax(dim=2).clamp(min=0.0)
+    scale = ((hi - lo) / 15).clamp(min=1e-8).half().float()
+    zero = torch.round(-lo / scale).clamp(0, 15)
+    q = (torch.round(wg / scale[..., None]) + zero[..., None]).clamp(0, 15).reshape(n, k)
+
+    def words(v: torch.Tensor) -> torch.Tensor:  # [R, N] -> int32 [R, N / 8]
+        out = torch.zeros(v.shape[0], v.shape[1] // 8, dtype=torch.int64)
+        for j, slot in enumerate(AWQ_ORDER):
+            out |= v[:, j::8].to(torch.int64) << (4 * slot)
+        return (out - ((out >> 31) << 32)).to(torch.int32)
+
+    return words(q.T.contiguous()), words(zero.T.contiguous()), scale.T.contiguous().half()
+
+
+def fp8_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w [N, K] (both multiples of the block) as e4m3 with fp32 block scales."""
+    n, k = w.shape
+    bn, bk = FP8_BLOCK
+    blocks = w.float().reshape(n // bn, bn, k // bk, bk)
+    scale = (blocks.abs().amax(dim=(1, 3)) / 448.0).clamp(min=1e-12)
+    q = (blocks / scale[:, None, :, None]).reshape(n, k).to(torch.float8_e4m3fn)
+    return q, scale.contiguous()
+
+
+class RvvModel:
+    """The same weights prepared for the rvv ops: packed once (bf16, int8 + scales, int4
+    + zero points and scales, or fp8 + block scales)."""
+
+    def __init__(self, m: Model, weights: str) -> None:
         import rvv_attention as ra
         import rvv_ops  # noqa: F401  (registers torch.ops.sgl_kernel.*)
 
-        self.m, self.w8a8, self.ra = m, w8a8, ra
+        self.m, self.weights, self.ra = m, weights, ra
         sel = ra.select("decode", q_dtype=torch.bfloat16, kv_dtype=torch.bfloat16, head_dim=128)
         log(f"rvv_attention.decode runs: {sel.impl.name} (reason: {sel.reason})")
         pack = torch.ops.sgl_kernel.convert_weight_packed
@@ -220,25 +263,36 @@ class RvvModel:
         for li, lw in enumerate(m.layers):
             entry = {}
             for name in ("qkv", "o", "gate_up", "down"):
-                if w8a8:
+                if weights == "w8a8":
                     wf = lw[name].float()
                     scale = wf.abs().amax(dim=1, keepdim=True).clamp_min(1e-10) / 127.0
                     q8 = torch.round(wf / scale).clamp(-127, 127).to(torch.int8)
-                    entry[name] = (pack(q8), scale.contiguous())
+                    entry[name] = ("w8a8", pack(q8), scale.contiguous())
+                elif weights == "w4a8":
+                    packed = torch.ops.sgl_kernel.convert_weight_packed_scale_zp(
+                        *awq_weight(lw[name]), 0
+                    )
+                    entry[name] = ("w4a8", *packed)
+                elif weights == "fp8":
+                    q8, scale = fp8_weight(lw[name])
+                    entry[name] = ("fp8", pack(q8), scale)
                 else:
-                    entry[name] = (pack(lw[name]), None)
+                    entry[name] = ("bf16", pack(lw[name]))
             self.layers.append(entry)
-            log(f"packed layer {li} ({'int8 + channel scales' if w8a8 else 'bf16'})")
+            log(f"packed layer {li} ({weights})")
         self.lm_head = pack(m.lm_head)
         self.caches = [ra.KVCache(k, v) for k, v in zip(m.k_cache, m.v_cache, strict=True)]
 
     def linear(self, x: torch.Tensor, entry: tuple, bias: torch.Tensor | None) -> torch.Tensor:
-        weight, scale = entry
-        if scale is None:
-            return torch.ops.sgl_kernel.weight_packed_linear(x, weight, bias, True)
-        return torch.ops.sgl_kernel.int8_scaled_mm_with_quant(
-            x, weight, scale, bias, torch.bfloat16, True
-        )
+        kind, weight, *extra = entry
+        ops = torch.ops.sgl_kernel
+        if kind == "w8a8":
+            return ops.int8_scaled_mm_with_quant(x, weight, extra[0], bias, torch.bfloat16, True)
+        if kind == "w4a8":
+            return ops.int4_scaled_mm_cpu(x, weight, extra[0], extra[1], bias)
+        if kind == "fp8":
+            return ops.fp8_scaled_mm_cpu(x, weight, extra[0], FP8_BLOCK, bias, x.dtype, True)
+        return ops.weight_packed_linear(x, weight, bias, True)
 
     def step(self, token: int, pos: int) -> torch.Tensor:
         m, a, ops = self.m, self.m.a, torch.ops.sgl_kernel
@@ -280,6 +334,13 @@ class RvvModel:
         return ops.weight_packed_linear(hidden, self.lm_head, None, True)[0].float()
 
 
+MODE_WEIGHTS = {
+    "torch-native": "",
+    "rvv": "bf16",
+    "rvv-w8a8": "w8a8",
+    "rvv-w4a8": "w4a8",
+    "rvv-fp8": "fp8",
+}
 TOP = 8  # logits kept per token for the host's comparison of modes
 
 
@@ -297,7 +358,7 @@ def top_logits(logits: torch.Tensor) -> list[list[float]]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--mode", choices=("torch-native", "rvv", "rvv-w8a8"), required=True)
+    p.add_argument("--mode", choices=tuple(MODE_WEIGHTS), required=True)
     p.add_argument("--tokens", type=int, required=True, help="tokens to decode")
     p.add_argument("--out", help="JSON result file")
     p.add_argument("--layers", type=int, default=2)
@@ -328,7 +389,7 @@ def main() -> int:
         if a.mode == "torch-native":
             step = lambda t, p: step_native(model, t, p)  # noqa: E731
         else:
-            step = RvvModel(model, a.mode == "rvv-w8a8").step
+            step = RvvModel(model, MODE_WEIGHTS[a.mode]).step
         tokens: list[int] = []
         seconds: list[float] = []
         logits: list[torch.Tensor] = []

@@ -180,6 +180,7 @@ def run_server(
     kv_cache_dtype: str = "auto",
     dtype: str = DTYPE,
     score: bool | None = None,
+    env_extra: dict[str, str] | None = None,
 ) -> Results:
     """Starts a server, runs the module's workload on it and stops it. ``score`` (default: an
     ``rvv`` server without routing) also scores the teacher-forced passages."""
@@ -190,7 +191,11 @@ def run_server(
     env = dict(os.environ)
     env["SGLANG_USE_CPU_ENGINE"] = "1"
     env["SGLANG_RVV_LAYERS"] = "1" if routed else "0"
-    name = f"{model.name}-{backend}-{int(routed)}-{kv_cache_dtype}-{dtype}"
+    env.update(env_extra or {})
+    tag = "-".join(f"{k}={v}" for k, v in sorted((env_extra or {}).items()))
+    name = (
+        f"{model.name}-{backend}-{int(routed)}-{kv_cache_dtype}-{dtype}{'-' + tag if tag else ''}"
+    )
     stats_dir = tmp / f"stats-{name}"
     env["SGLANG_RVV_LAYER_STATS"] = str(stats_dir)
     # serve.py's command line (CPU device, host, --max-total-tokens) plus ours.

@@ -244,3 +244,91 @@ def test_startup_summary_names_what_falls_back_and_why() -> None:
     assert summary == (
         "extend of 3 layers: the kernel does not support cross_attention, encoder_lens"
     )
+
+
+def test_int4_and_fp8_linear_routing() -> None:
+    """With routing on: SGLang's CPU configs for awq / gptq on this (non-AMX) CPU, fp32
+    activations accepted; SGLang's AWQ / GPTQ CPU kernels pack through
+    convert_weight_packed_scale_zp and run int4_scaled_mm_cpu (or int4_w4a16_mm_cpu with
+    SGLANG_RVV_INT4_ACT=none); GPTQ act-order is refused; a block-fp8 layer runs
+    fp8_scaled_mm_cpu. Results against the dequantised weight in float64."""
+    code = """
+        import json, types, torch
+        from sglang.srt.plugins import load_plugins
+        load_plugins()
+        from sglang_rvv import layers, quant
+        from sglang.srt.layers.quantization import get_quantization_config
+        from sglang.srt.hardware_backend.cpu.quantization.awq_kernels import (
+            AWQIntelAMXLinearKernel)
+        from sglang.srt.hardware_backend.cpu.quantization.gptq_kernels import (
+            GPTQIntelAMXLinearKernel)
+        cfgs = {q: get_quantization_config(q) for q in ("awq", "gptq", "fp8", "w8a8_int8")}
+        out = {"configs": {q: [c.__mro__[1].__name__,
+                               torch.float32 in c.get_supported_act_dtypes()]
+                           for q, c in cfgs.items()}}
+        torch.manual_seed(0)
+        n, k = 48, 64
+        w = torch.randn(n, k) / 8
+        q, zeros, scales = quant.quantize_int4(w, 16)
+        ref_w = quant.dequantize_int4(q, zeros, scales).double()
+        x = torch.randn(5, k)
+        errs = {}
+        for name, kernel, pack, zmin in (("awq", AWQIntelAMXLinearKernel, quant.pack_awq, 0),
+                                         ("gptq", GPTQIntelAMXLinearKernel, quant.pack_gptq, 1)):
+            q, zeros, scales = quant.quantize_int4(w, 16, zero_min=zmin)
+            ref = x.double() @ quant.dequantize_int4(q, zeros, scales).double().T
+            layer = torch.nn.Module()
+            qw, qz = pack(q, zeros)
+            for attr, t in (("qweight", qw), ("qzeros", qz), ("scales", scales.float())):
+                setattr(layer, attr, torch.nn.Parameter(t, requires_grad=False))
+            layer.g_idx = torch.nn.Parameter(torch.arange(k, dtype=torch.int32) // 16,
+                                             requires_grad=False)
+            kern = kernel(types.SimpleNamespace())
+            kern.process_weights_after_loading(layer)
+            errs[name] = float((kern.apply(layer, x, None).double() - ref).abs().max())
+            if name == "gptq":
+                bad = torch.nn.Module()
+                for attr, t in (("qweight", qw), ("qzeros", qz), ("scales", scales.float())):
+                    setattr(bad, attr, torch.nn.Parameter(t, requires_grad=False))
+                bad.g_idx = torch.nn.Parameter(torch.arange(k, dtype=torch.int32).flip(0) // 16,
+                                               requires_grad=False)
+                try:
+                    kern.process_weights_after_loading(bad)
+                    out["act_order"] = "accepted"
+                except ValueError as e:
+                    out["act_order"] = str(e)
+        import os
+        os.environ["SGLANG_RVV_INT4_ACT"] = "none"
+        errs["awq_w4a16"] = float((AWQIntelAMXLinearKernel(None).apply(layer, x, None).double()
+                                   - ref).abs().max())
+        from sglang.srt.layers.quantization.fp8 import Fp8LinearMethod
+        w8, s8 = quant.quantize_fp8(w, (16, 32))
+        layer = torch.nn.Module()
+        layer.weight = torch.nn.Parameter(w8, requires_grad=False)
+        layer.weight_scale_inv = torch.nn.Parameter(s8, requires_grad=False)
+        meth = Fp8LinearMethod.__new__(Fp8LinearMethod)
+        meth.block_quant = True
+        meth.quant_config = types.SimpleNamespace(weight_block_size=[16, 32])
+        meth.process_weights_after_loading(layer)
+        ref8 = x.double() @ quant.dequantize_fp8(w8, s8, (16, 32)).double().T
+        errs["fp8"] = float((meth.apply(layer, x, None).double() - ref8).abs().max())
+        out["errs"] = errs
+        out["calls"] = dict(layers.CALLS)
+        print(json.dumps(out))
+    """
+    out, _ = _run(code, SGLANG_RVV_LAYERS="1")
+    assert out["configs"] == {
+        "awq": ["AWQCPUConfig", True],
+        "gptq": ["CPUGPTQConfig", True],
+        "fp8": ["Fp8Config", True],
+        "w8a8_int8": ["W8A8Int8Config", True],
+    }
+    assert "act-order" in out["act_order"] and "g_idx" in out["act_order"]
+    # W4A16 and FP8 are the dequantised weight in fp32; W4A8 adds int8 activation rounding
+    # (at most half a step, amax / 254, per element: well under 5% of the outputs' size).
+    assert out["errs"]["awq_w4a16"] < 1e-4 and out["errs"]["fp8"] < 1e-4, out["errs"]
+    assert out["errs"]["awq"] < 5e-2 and out["errs"]["gptq"] < 5e-2, out["errs"]
+    calls = out["calls"]
+    assert calls.get("convert_weight_packed_scale_zp") == 2
+    assert calls.get("int4_scaled_mm_cpu") == 2 and calls.get("int4_w4a16_mm_cpu") == 1
+    assert calls.get("fp8_scaled_mm_cpu") == 1 and calls.get("convert_weight_packed") == 1

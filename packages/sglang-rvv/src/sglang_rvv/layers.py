@@ -30,7 +30,8 @@ AWQ and GPTQ int4 checkpoints: SGLang uses its CPU quantisation configs (``AWQCP
 ``CPUGPTQConfig``, whose kernels call ``convert_weight_packed_scale_zp`` once at load and
 ``int4_scaled_mm_cpu``) only on AMX CPUs and otherwise picks the GPU ones, which cannot run on
 a CPU. With routing on, a hook on ``quantization.get_quantization_config`` gives the CPU
-configs on any CPU when rvv-ops has the INT4 ops; hooks on their kernels count the calls,
+configs on any CPU when rvv-ops has the INT4 ops (and lets these formats, FP8 and W8A8 take
+``--dtype float32``, which the RVV ops serve); hooks on their kernels count the calls,
 refuse GPTQ act-order (a ``g_idx`` that is not ``k // group_size``: SGLang's CPU kernel would
 silently ignore it) and, with ``SGLANG_RVV_INT4_ACT=none``, run rvv-ops' W4A16
 ``int4_w4a16_mm_cpu`` (activations not quantised) instead of SGLang's W4A8 (``int8``, the
@@ -397,16 +398,46 @@ def int4_activations() -> str:
     return value
 
 
+_FP32_ACT_FORMATS = ("awq", "gptq", "fp8", "w8a8_int8")
+_with_fp32: dict[type, type] = {}
+
+
+def _fp32_activations(cls: type) -> type:
+    """A subclass of quantisation config ``cls`` that also accepts fp32 activations (the RVV
+    ops take fp32, bf16 and fp16; SGLang's configs list what its GPU and AMX kernels take)."""
+    if cls not in _with_fp32:
+
+        def supported(_: Any) -> list[torch.dtype]:
+            return [torch.float16, torch.bfloat16, torch.float32]
+
+        _with_fp32[cls] = type(
+            cls.__name__,
+            (cls,),
+            {
+                "get_supported_act_dtypes": classmethod(supported),
+                "__module__": cls.__module__,
+                "__doc__": f"{cls.__doc__ or ''} (sglang-rvv: fp32 activations too)",
+            },
+        )
+    return _with_fp32[cls]
+
+
 def quantization_config(original: Callable[..., Any], quantization: str) -> Any:
-    """SGLang's CPU config for ``awq`` / ``gptq`` on any CPU (SGLang picks it only with AMX)."""
+    """SGLang's CPU config for ``awq`` / ``gptq`` on any CPU (SGLang picks it only with AMX);
+    on a CPU, the quantised formats the RVV ops serve also accept ``--dtype float32``."""
     cls = original(quantization)
+    from sglang.srt.utils import is_cpu
+
+    if not is_cpu():
+        return cls
     if quantization in _INT4_FORMATS:
-        from sglang.srt.utils import is_cpu
+        if not int4_ops_available():
+            return cls
+        from sglang.srt.layers.quantization import CPU_QUANTIZATION_METHODS
 
-        if is_cpu() and int4_ops_available():
-            from sglang.srt.layers.quantization import CPU_QUANTIZATION_METHODS
-
-            return CPU_QUANTIZATION_METHODS[quantization]
+        cls = CPU_QUANTIZATION_METHODS[quantization]
+    if quantization in _FP32_ACT_FORMATS:
+        cls = _fp32_activations(cls)
     return cls
 
 
@@ -528,8 +559,11 @@ FP8_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (_BASE + "quantization.fp8.Fp8LinearMethod.apply", fp8_apply),
 )
 _CPU_QUANT = "sglang.srt.hardware_backend.cpu.quantization."
+QUANT_CONFIG_HOOK: tuple[str, Callable[..., Any]] = (
+    _BASE + "quantization.get_quantization_config",
+    quantization_config,
+)
 INT4_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
-    (_BASE + "quantization.get_quantization_config", quantization_config),
     *(
         (f"{_CPU_QUANT}{mod}.{cls}.{meth}", hook)
         for mod, cls in (
@@ -558,11 +592,12 @@ def maybe_enable() -> bool:
     hooks = list(HOOKS)
     if linear_ops_available():
         hooks += LINEAR_HOOKS
-    if int4_ops_available():
-        int4_activations()  # a bad SGLANG_RVV_INT4_ACT fails at start-up
-        hooks += INT4_HOOKS
-    if hasattr(torch.ops.sgl_kernel, "fp8_scaled_mm_cpu"):
-        hooks += FP8_HOOKS
+        hooks.append(QUANT_CONFIG_HOOK)
+        if int4_ops_available():
+            int4_activations()  # a bad SGLANG_RVV_INT4_ACT fails at start-up
+            hooks += INT4_HOOKS
+        if hasattr(torch.ops.sgl_kernel, "fp8_scaled_mm_cpu"):
+            hooks += FP8_HOOKS
     else:
         logger.warning(
             "sglang-rvv: the installed rvv-ops has no %s: linear layers stay on torch",
@@ -571,7 +606,9 @@ def maybe_enable() -> bool:
     for target, hook in hooks:
         HookRegistry.register(target, hook, HookType.AROUND)
     atexit.register(flush_stats)
-    _routed = tuple(dict.fromkeys(t.rsplit(".", 2)[-2] for t, _ in hooks))
+    _routed = tuple(
+        dict.fromkeys(t.rsplit(".", 2)[-2] for t, _ in hooks if t != QUANT_CONFIG_HOOK[0])
+    )
     return True
 
 

@@ -35,8 +35,8 @@ Formats (the ``quantization_config`` written into ``config.json``):
 
 The demo model's sizes (hidden 64, intermediate 176) set ``INT4_GROUP`` = 16: it must divide
 every K (64 and 176), where published checkpoints use 32, 64 or 128 on larger models; and
-``FP8_BLOCK`` = [16, 32]: block_n must divide every merged projection's part (32 and 176);
-176 input channels leave a partial last block of k.
+``FP8_BLOCK`` = [16, 16]: block_n must divide every merged projection's part (32 and 176),
+and SGLang's fp8 linear method takes square blocks only.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ VERSION = 1
 """Bumped whenever a quantiser or the written layout changes, so cached checkpoints are
 rewritten."""
 FORMATS = ("w8a8", "awq", "gptq", "fp8")
-FP8_BLOCK = (16, 32)
+FP8_BLOCK = (16, 16)
 """[block_n, block_k] of the fp8 format's scales."""
 INT4_GROUP = 16
 """Input channels per scale / zero-point group of the int4 formats."""
