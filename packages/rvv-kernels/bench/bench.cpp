@@ -47,8 +47,8 @@ constexpr std::int64_t kHq = 12, kHkv = 2, kD = 128;
 struct Case {
   const char* kernel;
   std::function<std::function<void()>()> setup;  // returns the call to repeat
-  // Bytes of weights one call streams (linear layers at M = 1), 0 otherwise:
-  // tools/bench_kernels.py reports instructions per weight byte for these.
+  // Bytes of weights one call streams (linear layers at M = 1, and the INT4 layers at any
+  // M), 0 otherwise: tools/bench_kernels.py reports instructions per weight byte for these.
   std::int64_t weight_bytes = 0;
   // Bytes of KV cache one call reads (decode: K and V rows, plus scales), 0 otherwise.
   std::int64_t kv_bytes = 0;

@@ -161,24 +161,48 @@ void w4a16_block(const Int4Ctx& cx, const std::uint8_t* panel, const float* xs,
       const std::int64_t ge = cx.group_end(g);
       const std::uint8_t* w = panel + cx.group_begin(g) * nr + c;
       const float* xk = xs + 2 * cx.group_begin(g) * MR;
-      for (std::int64_t kb = cx.group_begin(g); kb < ge; ++kb, w += nr, xk += 2 * MR) {
-        // Byte ops, then the two conversions, then the fp32 ops: three vtypes per row.
-        const typename T::U8 b = T::load8(w, vl);
-        const typename T::I16 dlo = T::diff(__riscv_vand(b, 15, vl), z, vl);
-        const typename T::I16 dhi = T::diff(__riscv_vsrl(b, 4, vl), z, vl);
-        const typename T::F lo = __riscv_vfwcvt_f(dlo, vl);
-        const typename T::F hi = __riscv_vfwcvt_f(dhi, vl);
-        // Tail-undisturbed FMAs (vl is the same throughout, so no lane differs): they tie
-        // the accumulator to the destination, where clang otherwise picks vfmadd into the
-        // weight's register and copies the sum back every byte row.
-#define RVVK_MAC(i)                                            \
-  if constexpr (MR > i) {                                      \
-    s##i = __riscv_vfmacc_tu(s##i, xk[i], lo, vl);             \
-    s##i = __riscv_vfmacc_tu(s##i, xk[MR + i], hi, vl);        \
-  }
-        RVVK_ROWS(RVVK_MAC)
-#undef RVVK_MAC
+      // Tail-undisturbed FMAs (vl is the same throughout, so no lane differs): they tie
+      // the accumulator to the destination, where clang otherwise picks vfmadd into the
+      // weight's register and copies the sum back every byte row.
+#define RVVK_MAC(i, f, off)                                    \
+  if constexpr (MR > i) s##i = __riscv_vfmacc_tu(s##i, xk[(off) + i], f, vl);
+#define RVVK_MAC0L(i) RVVK_MAC(i, l0, 0)
+#define RVVK_MAC0H(i) RVVK_MAC(i, h0, MR)
+#define RVVK_MAC1L(i) RVVK_MAC(i, l1, 2 * MR)
+#define RVVK_MAC1H(i) RVVK_MAC(i, h1, 3 * MR)
+      std::int64_t kb = cx.group_begin(g);
+      // Two byte rows per step, their byte ops, then the conversions, then the fp32 ops:
+      // three vtypes per two byte rows.
+      for (; kb + 2 <= ge; kb += 2, w += 2 * nr, xk += 4 * MR) {
+        const typename T::U8 b0 = T::load8(w, vl);
+        const typename T::U8 b1 = T::load8(w + nr, vl);
+        const typename T::I16 d0l = T::diff(__riscv_vand(b0, 15, vl), z, vl);
+        const typename T::I16 d0h = T::diff(__riscv_vsrl(b0, 4, vl), z, vl);
+        const typename T::I16 d1l = T::diff(__riscv_vand(b1, 15, vl), z, vl);
+        const typename T::I16 d1h = T::diff(__riscv_vsrl(b1, 4, vl), z, vl);
+        const typename T::F l0 = __riscv_vfwcvt_f(d0l, vl);
+        const typename T::F h0 = __riscv_vfwcvt_f(d0h, vl);
+        const typename T::F l1 = __riscv_vfwcvt_f(d1l, vl);
+        const typename T::F h1 = __riscv_vfwcvt_f(d1h, vl);
+        RVVK_ROWS(RVVK_MAC0L)
+        RVVK_ROWS(RVVK_MAC0H)
+        RVVK_ROWS(RVVK_MAC1L)
+        RVVK_ROWS(RVVK_MAC1H)
       }
+      if (kb < ge) {  // an odd byte row left
+        const typename T::U8 b0 = T::load8(w, vl);
+        const typename T::I16 d0l = T::diff(__riscv_vand(b0, 15, vl), z, vl);
+        const typename T::I16 d0h = T::diff(__riscv_vsrl(b0, 4, vl), z, vl);
+        const typename T::F l0 = __riscv_vfwcvt_f(d0l, vl);
+        const typename T::F h0 = __riscv_vfwcvt_f(d0h, vl);
+        RVVK_ROWS(RVVK_MAC0L)
+        RVVK_ROWS(RVVK_MAC0H)
+      }
+#undef RVVK_MAC0L
+#undef RVVK_MAC0H
+#undef RVVK_MAC1L
+#undef RVVK_MAC1H
+#undef RVVK_MAC
       const typename T::F sc = T::loadf(cx.scales + g * cx.n + n0 + c, vl);
 #define RVVK_EPI(i)                                                               \
   if constexpr (MR > i) {                                                         \
