@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-VERSION = 1
+VERSION = 2
 """Bumped whenever a quantiser or the written layout changes, so cached checkpoints are
 rewritten."""
 FORMATS = ("w8a8", "awq", "gptq", "fp8")
