@@ -9,8 +9,10 @@ Counting uses Debian's QEMU 7.2 with the project's insncount plugin (exact, repe
 single-threaded). Prints a table and writes ``build/bench/kernels.json``: a list of records
 ``{"kernel", "case", "vlen", "insns_rvv", "insns_scalar", "ratio", ...}``. Cases that stream
 a weight matrix (linear layers at M = 1; ``rvvk_bench --list`` gives their weight bytes)
-also get ``weight_bytes`` and ``insns_per_weight_byte`` (RVV instructions per weight byte:
-what decides whether an in-order core keeps up with its memory). Cases that read a KV cache
+also get ``weight_bytes``, ``insns_per_weight_byte`` (RVV instructions per weight byte:
+what decides whether an in-order core keeps up with its memory) and
+``est_cycles_per_weight_byte`` (the estimated cycles below, per weight byte; the quantised
+cases count their scales and zero points as weight bytes). Cases that read a KV cache
 (decode) get ``kv_bytes``: the K and V rows (and an int8 cache's scales) one call reads. A
 case compared with another of the same shapes (``rvvk_bench --list``'s last field: the int8
 decode with the bf16 one, which ``--case`` then runs too) gets ``baseline_case``,
@@ -165,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             if weight_bytes[case]:
                 record["weight_bytes"] = weight_bytes[case]
                 record["insns_per_weight_byte"] = round(rvv["total"] / weight_bytes[case], 4)
+                record["est_cycles_per_weight_byte"] = round(cycles_rvv / weight_bytes[case], 4)
             if kv_bytes[case]:
                 record["kv_bytes"] = kv_bytes[case]
             if case in baselines:
@@ -177,16 +180,19 @@ def main(argv: list[str] | None = None) -> int:
             records.append(record)
     header = (
         f"{'case':<28} {'VLEN':>5} {'RVV insns':>12} {'scalar insns':>14} {'ratio':>7} "
-        f"{'RVV est cycles':>15} {'cycle ratio':>12} {'insns/weight byte':>17}"
+        f"{'RVV est cycles':>15} {'cycle ratio':>12} {'insns/weight byte':>17} "
+        f"{'cycles/weight byte':>18}"
     )
     print(header)
     print("-" * len(header))
     for r in records:
         per_byte = r.get("insns_per_weight_byte")
+        cyc_byte = r.get("est_cycles_per_weight_byte")
         print(
             f"{r['case']:<28} {r['vlen']:>5} {r['insns_rvv']:>12,} {r['insns_scalar']:>14,} "
             f"{r['ratio']:>7.2f} {r['est_cycles_rvv']:>15,} {r['cycle_ratio']:>12.2f} "
-            f"{'' if per_byte is None else f'{per_byte:.4f}':>17}"
+            f"{'' if per_byte is None else f'{per_byte:.4f}':>17} "
+            f"{'' if cyc_byte is None else f'{cyc_byte:.4f}':>18}"
         )
     compared = [r for r in records if "baseline_case" in r]
     if compared:
