@@ -31,7 +31,11 @@ FP8 = torch.ops.sgl_kernel.fp8_scaled_mm_cpu.default
 PACK = torch.ops.sgl_kernel.convert_weight_packed.default
 
 EMULATED = platform.machine() == "riscv64"
-BUDGET = 3e5 if EMULATED else 2e7
+BUDGET = 3e4 if EMULATED else 2e7
+"""Multiply-adds per case (riscv64 is usually emulated: the op glue is checked there on small
+shapes; the kernels' own tests cover every VLEN)."""
+SMALL = 3e3 if EMULATED else 2e5
+"""fp16 / fp32 activations (bf16 covers the rest) up to this many multiply-adds."""
 ROWS = (1, 2, 5, 64, 300)
 OUT_RTOL = {torch.float32: 2**-24, torch.bfloat16: 2**-8, torch.float16: 2**-11}
 SUBNORMAL = {dt: torch.finfo(dt).smallest_normal * torch.finfo(dt).eps for dt in OUT_RTOL}
@@ -162,7 +166,7 @@ def int4_shapes() -> Iterator[tuple[int, int, int, int, bool, torch.dtype]]:
                         continue
                     gptq = k % 8 == 0 and (m + n) % 2 == 0
                     for dtype in (torch.bfloat16, torch.float16, torch.float32):
-                        if dtype == torch.bfloat16 or m * k * n <= 2e5:
+                        if dtype == torch.bfloat16 or m * k * n <= SMALL:
                             yield m, k, n, gs, gptq, dtype
 
 
@@ -267,7 +271,7 @@ def test_fp8_scaled_mm(m: int, k: int, n: int, bn: int, bk: int) -> None:
     ref = x.double() @ wd.T + (0 if bias is None else bias.double())
     mag = x.double().abs() @ wd.abs().T + (0 if bias is None else bias.double().abs())
     assert_close(got, ref, mag, k + kb + 2, f"FP8 m={m} k={k} n={n} block=[{bn}, {bk}]")
-    if m * k * n <= 3e5:  # the plain-weight path packs for the call: same kernel
+    if m * k * n <= BUDGET / 10:  # the plain-weight path packs for the call: same kernel
         assert torch.equal(FP8(x, w8, scales, [bn, bk], bias, dtype, False), got)
 
 
