@@ -255,8 +255,9 @@ def riscv_tests(session: nox.Session) -> None:
 def riscv_sglang(session: nox.Session) -> None:
     """SGLang's offline Engine inside the emulated Debian 13 riscv64 root (QEMU 10, VLEN 256):
     the demo model with attention_backend="rvv" vs "torch_native", same greedy tokens, RVV
-    kernels ran; then launch_server and one HTTP completion. Not in the default run (~20
-    minutes). Writes build/riscv-sglang.json."""
+    kernels ran; then launch_server and one HTTP completion; then the W8A8 and AWQ demo
+    checkpoints against their dequantised twins (`-- --quant-only`: just these). Not in the
+    default run (~40 minutes). Writes build/riscv-sglang.json."""
     # The demo model is built on the host: transformers + torch, and sglang-rvv's demo module.
     session.install(TORCH, TRANSFORMERS, "hatchling", "build")
     session.install("--no-deps", SGLANG_RVV)

@@ -26,6 +26,12 @@ tokens (at least ``--max-new-tokens`` each), that the INT8 KV cache agrees with 
 kernels, that the RVV attention kernels ran (INT8 ones for the INT8 engine; no fallback), and
 writes ``build/riscv-sglang.json``.
 
+``run --quant`` (after the engines above, or alone with ``--quant-only``): the W8A8 and AWQ
+demo checkpoints (``python -m sglang_rvv.demo --quant``, built on the host) with ``rvv`` and
+layer routing (W8A8 in bf16; AWQ in fp32 with ``SGLANG_RVV_INT4_ACT=none``, W4A16), each
+against its dequantised fp32 twin on ``torch_native`` without routing: the same greedy tokens
+for both prompts, and the quantised ops' calls counted (``quant`` in the report).
+
 Emulation only (a board needs none of it): the guest Python cannot exec riscv64 programs, so
 the venv gets a ``.pth`` line pointing ``sys.executable`` at a host shell script that runs the
 venv's python under the same QEMU (SGLang starts its scheduler and detokenizer as
@@ -303,6 +309,61 @@ def check(report: dict[str, Any], new_tokens: int) -> list[str]:
     return problems + kernel_calls(rvv["ops"], "", "RVV", "")
 
 
+QUANT_RUNS: tuple[tuple[str, str, dict[str, str], str], ...] = (
+    # (format, dtype of the quantised engine, extra environment, op that must have run)
+    ("w8a8", "bfloat16", {}, "int8_scaled_mm_with_quant"),
+    ("awq", "float32", {"SGLANG_RVV_INT4_ACT": "none"}, "int4_w4a16_mm_cpu"),
+)
+
+
+def run_quant(
+    wrapper: Path, env: dict[str, str], new_tokens: int, timeout: float, tmp: Path
+) -> tuple[dict[str, Any], list[str]]:
+    """The QUANT_RUNS in the guest: each quantised checkpoint with rvv + routing, its twin on
+    torch_native without; returns the report part and the problems found."""
+    report: dict[str, Any] = {}
+    problems: list[str] = []
+    for fmt, dtype, extra, op in QUANT_RUNS:
+        runs = {}
+        for which, model, backend, engine_env, engine_dtype in (
+            ("rvv", _demo_model(fmt), "rvv", {"SGLANG_RVV_LAYERS": "1", **extra}, dtype),
+            ("twin", _demo_model(fmt, twin=True), "torch_native", {"SGLANG_RVV_LAYERS": "0"},
+             "float32"),
+        ):  # fmt: skip
+            out = tmp / f"quant-{fmt}-{which}.json"
+            cmd = [str(wrapper), str(GUEST_SCRIPT), "--model", str(model), "--backend", backend,
+                   "--dtype", engine_dtype, "--max-new-tokens", str(new_tokens),
+                   "--out", str(out)]  # fmt: skip
+            _log(f"+ {shlex.join(cmd)}")
+            code = subprocess.run(
+                cmd, env={**env, **engine_env}, timeout=timeout, check=False
+            ).returncode
+            if code != 0:
+                problems.append(f"{fmt} {which}: the guest exited with {code}")
+                break
+            runs[which] = json.loads(out.read_text())["engines"][0]
+        if len(runs) < 2:
+            continue
+        ours, twin = runs["rvv"], runs["twin"]
+        same = [r["output_ids"] == t["output_ids"]
+                for r, t in zip(ours["results"], twin["results"], strict=True)]  # fmt: skip
+        report[fmt] = {
+            "dtype": dtype,
+            "tokens_equal": same,
+            "rvv": [r["output_ids"] for r in ours["results"]],
+            "twin": [t["output_ids"] for t in twin["results"]],
+            "ops": ours["ops"],
+        }
+        _log(f"{fmt} ({dtype}) rvv vs dequantised twin: tokens equal {same}; ops {ours['ops']}")
+        if not all(same):
+            problems.append(f"{fmt}: rvv tokens differ from the dequantised twin's: {report[fmt]}")
+        if not ours["ops"].get(op):
+            problems.append(f"{fmt}: {op} did not run: {ours['ops']}")
+        if any(len(r["output_ids"]) < new_tokens for r in ours["results"]):
+            problems.append(f"{fmt}: fewer than {new_tokens} tokens")
+    return report, problems
+
+
 def run(args: argparse.Namespace) -> int:
     sys.path.insert(0, str(REPO / "tools"))
     import ops_riscv
@@ -333,6 +394,16 @@ def run(args: argparse.Namespace) -> int:
             "TORCHINDUCTOR_COMPILE_THREADS": "1",
             "SGLANG_RVV_EXPECT_VLEN": str(args.vlen),
         }
+        if args.quant_only:
+            only, only_problems = run_quant(
+                wrapper, env, args.max_new_tokens, args.timeout, Path(tmp)
+            )
+            report_path.write_text(json.dumps({"quant": only, "vlen": args.vlen}, indent=1))
+            for p in only_problems:
+                _log(f"FAILED: {p}")
+            verdict = "FAILED" if only_problems else "passed"
+            _log(f"{verdict} in {time.monotonic() - t0:.0f} s; {report_path}")
+            return 1 if only_problems else 0
         specs = [] if args.tp_only else ["rvv", "torch_native", "rvv:int8"]
         specs += list(TP_SPECS) if args.tp or args.tp_only else []
         cmd = [str(wrapper), str(GUEST_SCRIPT), "--model", str(demo),
@@ -346,9 +417,17 @@ def run(args: argparse.Namespace) -> int:
             return 1
         serve = args.server and not args.tp_only
         server = _server_completion(wrapper, demo, env, args.timeout) if serve else None
+        quant_problems: list[str] = []
+        quant: dict[str, Any] | None = None
+        if args.quant and not args.tp_only:
+            quant, quant_problems = run_quant(
+                wrapper, env, args.max_new_tokens, args.timeout, Path(tmp)
+            )
     report = json.loads(report_path.read_text())
     if server is not None:
         report["server"] = server
+    if quant is not None:
+        report["quant"] = quant
     report["vlen"] = args.vlen
     report["host_wall_s"] = round(time.monotonic() - t0, 1)
     report_path.write_text(json.dumps(report, indent=1))
@@ -374,6 +453,7 @@ def run(args: argparse.Namespace) -> int:
     if server is not None:
         _log(f"launch_server: {server}")
         problems += check_server(report)
+    problems += quant_problems
     for p in problems:
         _log(f"FAILED: {p}")
     _log(f"{'FAILED' if problems else 'passed'} in {time.monotonic() - t0:.0f} s; {report_path}")
@@ -420,9 +500,15 @@ def check_server(report: dict[str, Any]) -> list[str]:
     return []
 
 
-def _demo_model() -> Path:
-    """The demo model, built on the host (transformers is needed only to build it)."""
-    code = "from sglang_rvv import demo; print(demo.ensure('qwen2'))"
+def _demo_model(quant: str = "", twin: bool = False) -> Path:
+    """The demo model (or, with ``quant``, its quantised checkpoint or that one's dequantised
+    twin), built on the host (transformers is needed only to build it)."""
+    call = (
+        f"demo.ensure_quantized('qwen2', {quant!r}, dequantized={twin})"
+        if quant
+        else "demo.ensure('qwen2')"
+    )
+    code = f"from sglang_rvv import demo; print({call})"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise RuntimeError(f"building the demo model failed:\n{res.stderr[-2000:]}")
@@ -457,6 +543,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--tp-only",
         action="store_true",
         help="only the tp_size=1 / tp_size=2 engines and their check (no server)",
+    )
+    r.add_argument(
+        "--no-quant",
+        dest="quant",
+        action="store_false",
+        help="skip the quantised checkpoints (W8A8, AWQ) against their dequantised twins",
+    )
+    r.add_argument(
+        "--quant-only",
+        action="store_true",
+        help="only the quantised checkpoints against their twins (no other engine, no server)",
     )
     a = p.parse_args(argv)
     if a.command == "sglang-wheel":

@@ -9,7 +9,9 @@ starts ``sglang.Engine(model_path=DIR, device="cpu", attention_backend=B, ...)``
 ``--max-new-tokens`` tokens greedily (ignore_eos) for each prompt, shuts the engine down, and
 records the token ids, the text, the wall time and the op-call counts sglang-rvv's processes
 wrote (``SGLANG_RVV_LAYER_STATS``: routed layer ops and ``attention <op>:<implementation>``).
-``B:KV`` runs backend ``B`` with ``kv_cache_dtype=KV`` (``rvv:int8``); ``B@tpN`` runs it with
+``--dtype`` sets the engines' dtype (a quantised demo checkpoint and its dequantised twin:
+tools/sglang_riscv64.py ``--quant``). ``B:KV`` runs backend ``B`` with ``kv_cache_dtype=KV``
+(``rvv:int8``); ``B@tpN`` runs it with
 ``tp_size=N`` in fp32 (``rvv@tp1``, ``rvv@tp2``: the tensor-parallel comparison; the op counts
 are then also recorded per process, one scheduler per rank). ``--score`` also scores
 the demo corpus's first passages teacher-forced (prompt log-probabilities from position 0,
@@ -30,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 PROMPTS = ("The vector unit", "A RISC-V board runs")
+DTYPE = ""
+"""``--dtype`` for every engine (default: SGLang's ``auto``; the tp engines use fp32)."""
 
 
 def _progress(msg: str) -> None:
@@ -90,7 +94,9 @@ def run_engine(
 
     rest, _, tp = spec.partition("@tp")
     backend, _, kv = rest.partition(":")
-    parallel = {"tp_size": int(tp), "dtype": "float32"} if tp else {}
+    parallel: dict[str, Any] = {"tp_size": int(tp), "dtype": "float32"} if tp else {}
+    if DTYPE and not tp:
+        parallel["dtype"] = DTYPE
     stats_dir = Path(tempfile.mkdtemp(prefix=f"sglang-rvv-stats-{backend}-"))
     os.environ["SGLANG_RVV_LAYER_STATS"] = str(stats_dir)
     _progress(f"{spec}: starting the engine")
@@ -151,7 +157,10 @@ def main() -> int:
     p.add_argument("--prompt", action="append", help=f"default: {list(PROMPTS)}")
     p.add_argument("--score", action="store_true", help="teacher-forced corpus passages too")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--dtype", default="", help="the engines' dtype (default: auto)")
     a = p.parse_args()
+    global DTYPE
+    DTYPE = a.dtype
     t0 = time.monotonic()
     _progress(f"python {platform.python_version()} on {platform.machine()}: importing sglang")
     import sglang  # noqa: F401
