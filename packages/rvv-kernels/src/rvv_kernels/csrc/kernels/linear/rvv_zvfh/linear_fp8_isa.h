@@ -46,13 +46,18 @@ struct Fp8Weights {
   using F = vec::F32<L>;
   using T = vec::rvv::Lmul<L>;
   static constexpr int kExponent = -8;
+  // sum + x * w (the grouped decodes' multiply-add).
+  static typename F::V mac(typename F::V sum, float x, typename F::V w, std::size_t vl) {
+    return F::fmacc(sum, x, w, vl);
+  }
   static typename F::V load(const std::uint8_t* p, std::size_t vl) {
     const typename T::I8 b = T::le_i8(reinterpret_cast<const std::int8_t*>(p), vl);
     const typename T::I16 h =
         __riscv_vand(__riscv_vwmulsu(b, std::uint8_t{128}, vl), std::int16_t{-16385}, vl);
     return __riscv_vfwcvt_f(Fp8Half<L>::as_f16(h), vl);
   }
-  // Two byte vectors stage by stage: one vtype change per stage for both.
+  // Two (load2) or four (load4: `stride` bytes apart) byte vectors stage by stage: one
+  // vtype change per stage for all.
   template <class Fn>
   RVVK_ALWAYS_INLINE static void load2(const std::uint8_t* p0, const std::uint8_t* p1,
                                        std::size_t vl, Fn&& fn) {
@@ -62,7 +67,29 @@ struct Fp8Weights {
     const typename T::I16 m1 = __riscv_vwmulsu(b1, std::uint8_t{128}, vl);
     const typename T::I16 h0 = __riscv_vand(m0, std::int16_t{-16385}, vl);
     const typename T::I16 h1 = __riscv_vand(m1, std::int16_t{-16385}, vl);
-    fn(__riscv_vfwcvt_f(Fp8Half<L>::as_f16(h0), vl), __riscv_vfwcvt_f(Fp8Half<L>::as_f16(h1), vl));
+    fn(__riscv_vfwcvt_f(Fp8Half<L>::as_f16(h0), vl),
+       __riscv_vfwcvt_f(Fp8Half<L>::as_f16(h1), vl));
+  }
+  template <class Fn>
+  RVVK_ALWAYS_INLINE static void load4(const std::uint8_t* p, std::ptrdiff_t stride,
+                                       std::size_t vl, Fn&& fn) {
+    const auto* q = reinterpret_cast<const std::int8_t*>(p);
+    const typename T::I8 b0 = T::le_i8(q, vl);
+    const typename T::I8 b1 = T::le_i8(q + stride, vl);
+    const typename T::I8 b2 = T::le_i8(q + 2 * stride, vl);
+    const typename T::I8 b3 = T::le_i8(q + 3 * stride, vl);
+    const typename T::I16 m0 = __riscv_vwmulsu(b0, std::uint8_t{128}, vl);
+    const typename T::I16 m1 = __riscv_vwmulsu(b1, std::uint8_t{128}, vl);
+    const typename T::I16 m2 = __riscv_vwmulsu(b2, std::uint8_t{128}, vl);
+    const typename T::I16 m3 = __riscv_vwmulsu(b3, std::uint8_t{128}, vl);
+    const typename T::I16 h0 = __riscv_vand(m0, std::int16_t{-16385}, vl);
+    const typename T::I16 h1 = __riscv_vand(m1, std::int16_t{-16385}, vl);
+    const typename T::I16 h2 = __riscv_vand(m2, std::int16_t{-16385}, vl);
+    const typename T::I16 h3 = __riscv_vand(m3, std::int16_t{-16385}, vl);
+    fn(__riscv_vfwcvt_f(Fp8Half<L>::as_f16(h0), vl),
+       __riscv_vfwcvt_f(Fp8Half<L>::as_f16(h1), vl),
+       __riscv_vfwcvt_f(Fp8Half<L>::as_f16(h2), vl),
+       __riscv_vfwcvt_f(Fp8Half<L>::as_f16(h3), vl));
   }
 };
 
