@@ -46,9 +46,10 @@ struct Fp8Weights {
   using F = vec::F32<L>;
   using T = vec::rvv::Lmul<L>;
   static constexpr int kExponent = -8;
-  // sum + x * w (the grouped decodes' multiply-add).
+  // sum + x * w for the groups, tail-undisturbed (as rvv/linear_fp8_isa.h's: no register
+  // copy after a commuted vfmadd.vf).
   static typename F::V mac(typename F::V sum, float x, typename F::V w, std::size_t vl) {
-    return F::fmacc(sum, x, w, vl);
+    return __riscv_vfmacc_tu(sum, x, w, vl);
   }
   static typename F::V load(const std::uint8_t* p, std::size_t vl) {
     const typename T::I8 b = T::le_i8(reinterpret_cast<const std::int8_t*>(p), vl);
