@@ -38,9 +38,10 @@ RVVK_FP8_HALF(8, m4)
 // fp8 value * 2^kExponent, exactly: the signed byte times 128 (vwmulsu.vx) puts the sign
 // at bits 14..15 and the 4 exponent and 3 mantissa bits at bits 7..13, clearing bit 14
 // leaves an fp16 whose exponent bias 7 is read as 15 (the value times 2^-8, e4m3
-// subnormals landing on fp16 subnormals), and vfwcvt.f.f.v widens it exactly. Half the
-// 32-bit work of the integer-only decode. 0x7f / 0xff (e4m3fn's NaN) decode as +-480,
-// not NaN, as there.
+// subnormals landing on fp16 subnormals), and vfwcvt.f.f.v widens it exactly: one
+// instruction writing 32-bit lanes per vector, where the integer-only decode
+// (rvv/linear_fp8_isa.h) needs two. 0x7f / 0xff (e4m3fn's NaN) decode as +-480, not NaN,
+// as in the integer decode. load2 / load4 and mac as there.
 template <int L>
 struct Fp8Weights {
   using F = vec::F32<L>;
