@@ -61,8 +61,9 @@ void check_fp8(rvvk_test::Context& ctx, ref::Rng& rng, const Fp8Shape& s, DType 
                double scale_hi = 2e-2) {
   const std::int64_t xs = s.k + (strided ? 3 : 0), os = s.n + (strided ? 2 : 0);
   const std::int64_t blocks = (s.k + s.block_k - 1) / s.block_k;
-  ref::Buffer x(x_dt, static_cast<std::size_t>(s.m * xs)), b(bias_dt, static_cast<std::size_t>(s.n)),
-      o(out_dt, static_cast<std::size_t>(s.m * os));
+  ref::Buffer x(x_dt, static_cast<std::size_t>(s.m * xs));
+  ref::Buffer b(bias_dt, static_cast<std::size_t>(s.n));
+  ref::Buffer o(out_dt, static_cast<std::size_t>(s.m * os));
   for (std::int64_t r = 0; r < s.m; ++r)
     for (std::int64_t k = 0; k < s.k; ++k)
       x.set(static_cast<std::size_t>(r * xs + k),
@@ -161,7 +162,8 @@ RVVK_TEST(fp8_decoder_matches_e4m3fn_table) {
   // ... and against the project's shared reference decoder, every code.
   for (int c = 0; c < 256; ++c) {
     if (is_nan_code(static_cast<std::uint8_t>(c))) continue;
-    const double a = fp8_value(static_cast<std::uint8_t>(c)), r = ref::decode_e4m3(static_cast<std::uint8_t>(c));
+    const auto code = static_cast<std::uint8_t>(c);
+    const double a = fp8_value(code), r = ref::decode_e4m3(code);
     CHECK_MSG(a == r, "code 0x%02x: %g vs reference.h %g", c, a, r);
   }
 }
@@ -179,8 +181,10 @@ RVVK_TEST(fp8_linear_decodes_every_code_exactly) {
     for (std::int64_t kk = 0; kk < k; ++kk)
       w[static_cast<std::size_t>(j * k + kk)] = codes[static_cast<std::size_t>((j + 3 * kk) % k)];
   for (double xv : {1.0, 0x1p-61, 0x1p63}) {
-    std::vector<float> x(static_cast<std::size_t>(k * k), 0.0f), scales(static_cast<std::size_t>(n), 1.0f);
-    for (std::int64_t r = 0; r < k; ++r) x[static_cast<std::size_t>(r * k + r)] = static_cast<float>(xv);
+    std::vector<float> x(static_cast<std::size_t>(k * k), 0.0f);
+    std::vector<float> scales(static_cast<std::size_t>(n), 1.0f);
+    for (std::int64_t r = 0; r < k; ++r)
+      x[static_cast<std::size_t>(r * k + r)] = static_cast<float>(xv);
     std::vector<float> o(static_cast<std::size_t>(k * n), -77.0f);
     const Packed p = pack_fp8(w, n, k, 0);
     rvvk::Fp8LinearArgs a;

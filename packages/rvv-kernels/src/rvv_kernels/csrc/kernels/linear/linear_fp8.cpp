@@ -50,7 +50,10 @@ void fp8_block(const Fp8Problem& pr, const std::uint8_t* panel, const float* xs,
   const PackedWeightHeader& h = *pr.h;
   const std::int64_t nr = h.panel, bk = pr.block_k;
   const std::int64_t cols_left = std::min(nr, h.n - n0);
-  // Pairs of k where two decoded weight vectors fit beside the 2 MR accumulator groups.
+  // Groups of 4 or 2 k (decoded together: half or a quarter of the loop overhead and, for
+  // a decode switching element widths, of the vtype changes) where their decoded weight
+  // vectors fit beside the 2 MR accumulator groups.
+  constexpr bool kQuads = 2 * MR * L + 4 * L <= 24;
   constexpr bool kPairs = 2 * MR * L + 2 * L <= 24;
   for (std::int64_t c = 0; c < cols_left;) {
     // Only real channels: the scale and bias loads stay inside their [.., n] rows.
@@ -76,16 +79,31 @@ void fp8_block(const Fp8Problem& pr, const std::uint8_t* panel, const float* xs,
 #undef RVVK_FIRST
       }
       std::int64_t k = kb + 1;
+      if constexpr (kQuads) {
+        for (; k + 3 < ke; k += 4, w += 4 * nr) {
+          D::load4(w, nr, vl,
+                   [&](typename F::V w0, typename F::V w1, typename F::V w2,
+                       typename F::V w3) RVVK_ALWAYS_INLINE {
+#define RVVK_MAC4(i)                                \
+  if constexpr (MR > i) {                           \
+    sum##i = D::mac(sum##i, x##i[k], w0, vl);       \
+    sum##i = D::mac(sum##i, x##i[k + 1], w1, vl);   \
+    sum##i = D::mac(sum##i, x##i[k + 2], w2, vl);   \
+    sum##i = D::mac(sum##i, x##i[k + 3], w3, vl);   \
+  }
+                     RVVK_ROWS(RVVK_MAC4)
+#undef RVVK_MAC4
+                   });
+        }
+      }
       if constexpr (kPairs) {
-        // Two k per step, both decoded before either is used: half the loop overhead,
-        // and a decode switching element widths (Zvfh) changes vtype once per pair.
         for (; k + 1 < ke; k += 2, w += 2 * nr) {
           D::load2(w, w + nr, vl,
                    [&](typename F::V w0, typename F::V w1) RVVK_ALWAYS_INLINE {
 #define RVVK_MAC2(i)                                \
   if constexpr (MR > i) {                           \
-    sum##i = F::fmacc(sum##i, x##i[k], w0, vl);     \
-    sum##i = F::fmacc(sum##i, x##i[k + 1], w1, vl); \
+    sum##i = D::mac(sum##i, x##i[k], w0, vl);       \
+    sum##i = D::mac(sum##i, x##i[k + 1], w1, vl);   \
   }
                      RVVK_ROWS(RVVK_MAC2)
 #undef RVVK_MAC2
