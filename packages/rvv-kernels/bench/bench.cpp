@@ -358,6 +358,8 @@ std::function<void()> int4_case() {
 // and uint8 zero point per channel.
 constexpr std::int64_t int4_weight_bytes(std::int64_t k, std::int64_t n, std::int64_t g) {
   return k * n / 2 + (k + g - 1) / g * n * (4 + 1);
+}
+
 // FP8 W8A16 layer as fp8_scaled_mm_cpu runs it: bf16 x, fp8 e4m3 W with one scale per
 // 128 k and channel (the op layer's expansion of 128 x 128 blocks), bf16 out.
 constexpr std::int64_t kFp8BlockK = 128;
@@ -374,6 +376,7 @@ std::function<void()> fp8w_case() {
   a.block_k = kFp8BlockK;
   return [] { rvvk::fp8_linear(a, 0, d.tasks()); };
 }
+
 // Bytes an fp8 layer streams: the weight codes and the block scales.
 constexpr std::int64_t fp8w_bytes(std::int64_t k, std::int64_t n) {
   return k * n + (k + kFp8BlockK - 1) / kFp8BlockK * n * 4;
