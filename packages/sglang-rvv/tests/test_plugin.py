@@ -332,3 +332,46 @@ def test_int4_and_fp8_linear_routing() -> None:
     assert calls.get("convert_weight_packed_scale_zp") == 2
     assert calls.get("int4_scaled_mm_cpu") == 2 and calls.get("int4_w4a16_mm_cpu") == 1
     assert calls.get("fp8_scaled_mm_cpu") == 1 and calls.get("convert_weight_packed") == 1
+
+
+def test_compressed_tensors_w8a8_routing() -> None:
+    """compressed-tensors' W8A8 int8 scheme (dynamic symmetric activations), per-channel and
+    per-tensor weight scales (one per fused part, repeated over its channels), through
+    int8_scaled_mm_with_quant."""
+    code = """
+        import json, torch
+        from sglang.srt.plugins import load_plugins
+        load_plugins()
+        from compressed_tensors.quantization import QuantizationStrategy
+        from sglang_rvv import layers
+        from sglang.srt.layers.quantization.compressed_tensors.schemes import (
+            compressed_tensors_w8a8_int8 as ct)
+        torch.manual_seed(0)
+        errs = {}
+        for strategy in (QuantizationStrategy.CHANNEL, QuantizationStrategy.TENSOR):
+            n, k, parts = 48, 64, [32, 16]
+            scheme = ct.CompressedTensorsW8A8Int8(strategy, False, True)
+            layer = torch.nn.Module()
+            scheme.create_weights(layer, parts, k, torch.bfloat16, weight_loader=lambda *a: None)
+            layer.weight.data.copy_(torch.randint(-127, 128, (n, k), dtype=torch.int8))
+            if strategy == QuantizationStrategy.CHANNEL:
+                layer.weight_scale.data.copy_(torch.rand(n, 1) / 100 + 1e-3)
+                w = layer.weight.data.double() * layer.weight_scale.data.double()
+            else:
+                layer.weight_scale.data.copy_(torch.tensor([0.01, 0.02]))
+                per_row = torch.tensor([0.01] * 32 + [0.02] * 16, dtype=torch.float64)
+                w = layer.weight.data.double() * per_row[:, None]
+            scheme.process_weights_after_loading(layer)
+            x = torch.randn(5, k, dtype=torch.bfloat16)
+            got = scheme.apply_weights(layer, x, None)
+            amax = x.float().abs().amax(dim=1, keepdim=True).clamp_min(1e-10)
+            xq = torch.round(x.float() * (127 / amax)).clamp(-127, 127).double()
+            ref = (xq * (amax.double() / 127)) @ w.T
+            errs[str(strategy)] = float((got.double() - ref).abs().max() / ref.abs().max())
+        print(json.dumps({"errs": errs, "calls": dict(layers.CALLS)}))
+    """
+    out, _ = _run(code, SGLANG_RVV_LAYERS="1")
+    assert out["calls"].get("int8_scaled_mm_with_quant") == 2, out
+    assert out["calls"].get("convert_weight_packed") == 2, out
+    for name, e in out["errs"].items():
+        assert e <= 2e-2, f"{name}: {e}"

@@ -42,6 +42,10 @@ branch asserts AMX; with routing on the fp8 weight is packed once (``convert_wei
 and runs through ``fp8_scaled_mm_cpu`` (W8A16: activations stay in their dtype). Per-tensor
 fp8 checkpoints keep SGLang's behaviour.
 
+compressed-tensors' W8A8 int8 scheme (dynamic symmetric activations; per-channel or
+per-tensor weight scales) is packed after SGLang's own processing and runs the same op (its
+CUDA ``int8_scaled_mm`` otherwise).
+
 SGLang's W8A8 int8 linear method refuses to load on a CPU without AMX or arm64 (its
 ``process_weights_after_loading`` asserts); with routing on, a W8A8 checkpoint loads and its
 linear layers run SGLang's AMX arithmetic (per-token int8 activations, exact int32 sums,
@@ -483,6 +487,53 @@ def int4_apply(
     return getattr(_sgl, op)(x, layer.qweight, layer.qzeros, layer.scales, bias)
 
 
+def ct_w8a8_process_weights(original: Callable[..., Any], self: Any, layer: torch.nn.Module) -> Any:
+    """compressed-tensors' W8A8 int8 scheme with dynamic symmetric activations (what SGLang's
+    ``w8a8_int8`` computes): the [N, K] int8 weight packed once in the W8A8 kernels' layout
+    with one fp32 scale per output channel (a per-tensor scale of each fused part is repeated
+    over its channels: the kernels take per-channel scales, so nothing is requantised - SGLang's
+    own requantisation goes through an fp8 CUDA helper). Static or asymmetric activation
+    schemes keep SGLang's path."""
+    weight = getattr(layer, "weight", None)
+    scale = getattr(layer, "weight_scale", None)
+    widths = list(getattr(layer, "logical_widths", []) or [])
+    if (
+        getattr(self, "is_static_input_scheme", True)
+        or not getattr(self, "input_symmetric", False)
+        or not isinstance(weight, torch.Tensor)
+        or not isinstance(scale, torch.Tensor)
+        or weight.dim() != 2
+        or weight.dtype != torch.int8
+        or weight.device.type != "cpu"
+    ):
+        return original(self, layer)
+    n = weight.shape[0]
+    scales = scale.data.to(torch.float32).reshape(-1)
+    if scales.numel() != n:  # per tensor: one scale per fused part
+        if len(widths) != scales.numel() or sum(widths) != n:
+            return original(self, layer)
+        scales = torch.repeat_interleave(scales, torch.tensor(widths))
+    packed = _sgl.convert_weight_packed(weight.data)
+    _count("convert_weight_packed")
+    layer.weight = torch.nn.Parameter(packed, requires_grad=False)
+    layer.weight_scale = torch.nn.Parameter(scales.contiguous(), requires_grad=False)
+    for unused in ("input_scale", "input_zero_point", "azp_adj"):  # as SGLang sets them
+        setattr(layer, unused, None)
+    setattr(layer, _PACKED, True)
+    return None
+
+
+def ct_w8a8_apply(
+    original: Callable[..., Any],
+    self: Any,
+    layer: torch.nn.Module,
+    x: torch.Tensor,
+    bias: torch.Tensor | None,
+) -> Any:
+    """``int8_scaled_mm_with_quant`` for layers packed by :func:`ct_w8a8_process_weights`."""
+    return w8a8_apply(lambda _s, lyr, xx, b: original(self, lyr, xx, b), self, layer, x, bias)
+
+
 _BASE = "sglang.srt.layers."
 HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (_BASE + "layernorm.RMSNorm.forward_native", rmsnorm_forward),
@@ -503,6 +554,16 @@ LINEAR_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
         w8a8_process_weights,
     ),
     (_BASE + "quantization.w8a8_int8.W8A8Int8LinearMethod.apply", w8a8_apply),
+    (
+        _BASE + "quantization.compressed_tensors.schemes.compressed_tensors_w8a8_int8."
+        "CompressedTensorsW8A8Int8.process_weights_after_loading",
+        ct_w8a8_process_weights,
+    ),
+    (
+        _BASE + "quantization.compressed_tensors.schemes.compressed_tensors_w8a8_int8."
+        "CompressedTensorsW8A8Int8.apply_weights",
+        ct_w8a8_apply,
+    ),
 )
 
 
