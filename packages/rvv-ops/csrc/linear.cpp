@@ -154,12 +154,19 @@ rvvk::DType out_kernel_dtype(const char* op, at::ScalarType st) {
   return float_dtype(st);
 }
 
+// fn(begin, end) over `tasks` weight panels of `panel` channels x k, m rows each, in chunks
+// of at least kMinMacsPerTask multiply-adds.
 template <class Fn>
-void parallel_panels(const rvvk::PackedWeightHeader& h, std::int64_t m, const Fn& fn) {
-  const std::int64_t tasks = rvvk::linear_tasks(h);
-  const std::int64_t macs = std::max<std::int64_t>(1, m * h.k * h.panel);
+void parallel_panels(std::int64_t tasks, std::int64_t k, std::int64_t panel, std::int64_t m,
+                     const Fn& fn) {
+  const std::int64_t macs = std::max<std::int64_t>(1, m * k * panel);
   const std::int64_t grain = std::max<std::int64_t>(1, kMinMacsPerTask / macs);
   at::parallel_for(0, tasks, grain, fn);
+}
+
+template <class Fn>
+void parallel_panels(const rvvk::PackedWeightHeader& h, std::int64_t m, const Fn& fn) {
+  parallel_panels(rvvk::linear_tasks(h), h.k, h.panel, m, fn);
 }
 
 // Every tensor argument of a linear op on the CPU.
@@ -170,13 +177,17 @@ void check_all_cpu(const char* op,
   if (bias) check_cpu(op, "bias", *bias);
 }
 
-// The weight side shared by the ops: mat2 (`wdt`: its allowed dtype) packed (is_vnni) or
-// plain [N, K] with K = mat1.size(1), then bias [N]. Shared with the Meta kernels.
+// What a linear op's weight may hold.
+enum class WeightKind { kFloat, kInt8, kFp8 };
+
+// The weight side shared by the ops: mat2 (of `kind`) packed (is_vnni) or plain [N, K] with
+// K = mat1.size(1), then bias [N]. Shared with the Meta kernels.
 void check_weight_side(const char* op, const at::Tensor& mat1, const at::Tensor& mat2,
-                       bool int8, const std::optional<at::Tensor>& bias, bool is_vnni) {
+                       WeightKind kind, const std::optional<at::Tensor>& bias, bool is_vnni) {
   check_same_device(op, "mat2", mat2, "mat1", mat1);
   if (bias) check_same_device(op, "bias", *bias, "mat1", mat1);
-  weight_dtype(op, "mat2", mat2, int8, !int8);
+  weight_dtype(op, "mat2", mat2, kind == WeightKind::kInt8, kind == WeightKind::kFloat,
+               kind == WeightKind::kFp8);
   if (is_vnni) {
     check_2d(op, "mat2", mat2, "packed by convert_weight_packed");
   } else {
@@ -211,7 +222,7 @@ void check_int8_mm(const char* op, const at::Tensor& mat1, const at::Tensor& mat
   }
   check_same_device(op, "scales2", scales2, "mat1", mat1);
   out_kernel_dtype(op, out_dtype);
-  check_weight_side(op, mat1, mat2, true, bias, is_vnni);
+  check_weight_side(op, mat1, mat2, WeightKind::kInt8, bias, is_vnni);
   check_scales(op, "scales2", scales2, mat2.sym_size(0), "one per output channel");
   check_bias(op, bias, mat2.sym_size(0));
 }
@@ -225,8 +236,9 @@ std::pair<at::Tensor, rvvk::PackedWeightHeader> packed_weight(const char* op,
   return {packed, packed_header(op, "mat2", packed, dt, k)};
 }
 
-// The fields rvvk::LinearArgs and Int8LinearArgs share: the packed weight, the bias
-// (contiguous, after check_bias; undefined: none) and out [M, N] (contiguous).
+// The fields the rvvk linear argument structs (LinearArgs, Int8LinearArgs, Int4LinearArgs,
+// Fp8LinearArgs) share: the packed weight, the bias (contiguous, after check_bias; undefined:
+// none) and out [M, N] (contiguous).
 template <class Args>
 void set_weight_and_output(Args& args, const at::Tensor& packed, const at::Tensor& bias,
                            const at::Tensor& out) {
@@ -301,7 +313,7 @@ at::Tensor weight_packed_linear(bool meta, const at::Tensor& mat1, const at::Ten
   const char* op = "weight_packed_linear";
   if (!meta) check_all_cpu(op, {{"mat1", &mat1}, {"mat2", &mat2}}, bias);
   check_mat1(op, mat1, false);
-  check_weight_side(op, mat1, mat2, false, bias, is_vnni);
+  check_weight_side(op, mat1, mat2, WeightKind::kFloat, bias, is_vnni);
   check_bias(op, bias, mat2.sym_size(0));
   if (meta) return linear_out_meta(mat1, mat2, mat1.scalar_type());
   const rvvk::DType xdt = kernel_dtype(op, "mat1", mat1);
@@ -567,22 +579,13 @@ at::Tensor int4_mm(bool meta, const char* op, const at::Tensor& x, const at::Ten
       args.x_dtype = xdt;
       args.x = x2.data_ptr();
     }
-    args.packed = w.data_ptr();
     args.scales = scales.data_ptr<float>();
     args.zeros = zeros.data_ptr<std::uint8_t>();
-    if (b.defined()) {
-      args.bias_dtype = float_dtype(b.scalar_type());
-      args.bias = b.data_ptr();
-    }
-    args.out_dtype = float_dtype(out.scalar_type());
-    args.out = out.data_ptr();
-    args.out_stride = h.n;
-    const std::int64_t macs = std::max<std::int64_t>(1, args.m * h.k * h.panel);
-    at::parallel_for(0, rvvk::int4_linear_tasks(h),
-                     std::max<std::int64_t>(1, kMinMacsPerTask / macs),
-                     [&](std::int64_t begin, std::int64_t end) {
-                       rvvk::int4_linear(args, begin, end);
-                     });
+    set_weight_and_output(args, w, b, out);
+    parallel_panels(rvvk::int4_linear_tasks(h), h.k, h.panel, args.m,
+                    [&](std::int64_t begin, std::int64_t end) {
+                      rvvk::int4_linear(args, begin, end);
+                    });
   }
   return out.view(out_sizes);
 }
@@ -633,19 +636,9 @@ at::Tensor fp8_scaled_mm_cpu(bool meta, const at::Tensor& mat1, const at::Tensor
   const char* op = "fp8_scaled_mm_cpu";
   if (!meta) check_all_cpu(op, {{"mat1", &mat1}, {"mat2", &mat2}, {"scales2", &scales2}}, bias);
   check_mat1(op, mat1, false);
-  check_same_device(op, "mat2", mat2, "mat1", mat1);
   check_same_device(op, "scales2", scales2, "mat1", mat1);
-  if (bias) check_same_device(op, "bias", *bias, "mat1", mat1);
   out_kernel_dtype(op, out_dtype);
-  weight_dtype(op, "mat2", mat2, false, false, true);
-  if (is_vnni) {
-    check_2d(op, "mat2", mat2, "packed by convert_weight_packed");
-  } else {
-    check_weight_dims(op, "mat2", mat2);
-    TORCH_CHECK_VALUE(mat2.sym_size(1) == mat1.sym_size(1), op, ": mat2 (", describe(mat2),
-                      ") has K = ", mat2.sym_size(1), "; expected mat1.size(1) = ",
-                      mat1.sym_size(1));
-  }
+  check_weight_side(op, mat1, mat2, WeightKind::kFp8, bias, is_vnni);
   TORCH_CHECK_VALUE(block_size.size() == 2 && block_size[0] >= 1 && block_size[1] >= 1, op,
                     ": block_size is ", block_size,
                     "; expected [block_n, block_k], both >= 1");

@@ -305,21 +305,58 @@ _PACKED = "_rvv_packed_weight"
 _GEMM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def linear_process_weights(original: Callable[..., Any], self: Any, layer: torch.nn.Module) -> Any:
-    """After SGLang's own processing, packs a 2-D fp32/bf16/fp16 CPU weight once."""
-    result = original(self, layer)
+def _cpu_weight(layer: torch.nn.Module, dtypes: tuple[torch.dtype, ...]) -> torch.Tensor | None:
+    """``layer.weight`` if it is a 2-D CPU tensor of one of ``dtypes`` that SGLang did not give
+    to its AMX kernels, else None."""
     weight = getattr(layer, "weight", None)
     if (
         isinstance(weight, torch.Tensor)
         and weight.dim() == 2
         and weight.device.type == "cpu"
-        and weight.dtype in _GEMM_DTYPES
+        and weight.dtype in dtypes
         and not getattr(layer, "use_intel_amx_backend", False)
     ):
-        packed = _sgl.convert_weight_packed(weight.data)
-        _count("convert_weight_packed")
-        layer.weight = torch.nn.Parameter(packed, requires_grad=False)
-        setattr(layer, _PACKED, True)
+        return weight
+    return None
+
+
+def _tensor(layer: torch.nn.Module, name: str) -> torch.Tensor | None:
+    """``layer.<name>`` if it is a tensor, else None."""
+    value = getattr(layer, name, None)
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _pack(
+    layer: torch.nn.Module,
+    weight: torch.Tensor,
+    scale: str = "",
+    scales: torch.Tensor | None = None,
+) -> None:
+    """Packs ``weight`` once (``convert_weight_packed``) as ``layer.weight``, stores
+    ``scales`` (contiguous) as ``layer.<scale>`` if given, and marks the layer for the apply
+    hooks."""
+    packed = _sgl.convert_weight_packed(weight.data)
+    _count("convert_weight_packed")
+    layer.weight = torch.nn.Parameter(packed, requires_grad=False)
+    if scale and scales is not None:
+        setattr(layer, scale, torch.nn.Parameter(scales.contiguous(), requires_grad=False))
+    setattr(layer, _PACKED, True)
+
+
+def _on_rows(op: str, x: torch.Tensor, *args: Any) -> Any:
+    """``op(x as [rows, K], *args)``, counted, viewed back to ``x``'s leading dimensions."""
+    shape = x.shape
+    _count(op)
+    out = getattr(_sgl, op)(x.reshape(-1, shape[-1]), *args)
+    return out.view(*shape[:-1], out.shape[-1])
+
+
+def linear_process_weights(original: Callable[..., Any], self: Any, layer: torch.nn.Module) -> Any:
+    """After SGLang's own processing, packs a 2-D fp32/bf16/fp16 CPU weight once."""
+    result = original(self, layer)
+    weight = _cpu_weight(layer, _GEMM_DTYPES)
+    if weight is not None:
+        _pack(layer, weight)
     return result
 
 
@@ -333,34 +370,16 @@ def linear_apply(
     """``weight_packed_linear`` for layers packed by :func:`linear_process_weights`."""
     if not getattr(layer, _PACKED, False):
         return original(self, layer, x, bias)
-    shape = x.shape
-    x2 = x.reshape(-1, shape[-1])
-    _count("weight_packed_linear")
-    out = _sgl.weight_packed_linear(x2, layer.weight, bias, True)
-    return out.view(*shape[:-1], out.shape[-1])
+    return _on_rows("weight_packed_linear", x, layer.weight, bias, True)
 
 
 def w8a8_process_weights(original: Callable[..., Any], self: Any, layer: torch.nn.Module) -> Any:
     """Packs a 2-D int8 CPU weight once (the W8A8 kernels' layout) instead of SGLang's CPU
     branch, which needs AMX or arm64; other devices and layouts go to SGLang's method."""
-    weight = getattr(layer, "weight", None)
-    scale = getattr(layer, "weight_scale", None)
-    if not (
-        isinstance(weight, torch.Tensor)
-        and isinstance(scale, torch.Tensor)
-        and weight.dim() == 2
-        and weight.dtype == torch.int8
-        and weight.device.type == "cpu"
-        and not getattr(layer, "use_intel_amx_backend", False)
-    ):
+    weight, scale = _cpu_weight(layer, (torch.int8,)), _tensor(layer, "weight_scale")
+    if weight is None or scale is None:
         return original(self, layer)
-    packed = _sgl.convert_weight_packed(weight.data)
-    _count("convert_weight_packed")
-    layer.weight = torch.nn.Parameter(packed, requires_grad=False)
-    layer.weight_scale = torch.nn.Parameter(
-        scale.data.to(torch.float32).reshape(-1).contiguous(), requires_grad=False
-    )
-    setattr(layer, _PACKED, True)
+    _pack(layer, weight, "weight_scale", scale.data.to(torch.float32).reshape(-1))
     return None
 
 
@@ -375,11 +394,9 @@ def w8a8_apply(
     :func:`w8a8_process_weights`."""
     if not getattr(layer, _PACKED, False) or x.dtype not in _GEMM_DTYPES:
         return original(self, layer, x, bias)
-    shape = x.shape
-    x2 = x.reshape(-1, shape[-1])
-    _count("int8_scaled_mm_with_quant")
-    out = _sgl.int8_scaled_mm_with_quant(x2, layer.weight, layer.weight_scale, bias, x.dtype, True)
-    return out.view(*shape[:-1], out.shape[-1])
+    return _on_rows(
+        "int8_scaled_mm_with_quant", x, layer.weight, layer.weight_scale, bias, x.dtype, True
+    )
 
 
 _INT4_OPS = ("convert_weight_packed_scale_zp", "int4_scaled_mm_cpu", "int4_w4a16_mm_cpu")
@@ -494,17 +511,13 @@ def ct_w8a8_process_weights(original: Callable[..., Any], self: Any, layer: torc
     over its channels: the kernels take per-channel scales, so nothing is requantised - SGLang's
     own requantisation goes through an fp8 CUDA helper). Static or asymmetric activation
     schemes keep SGLang's path."""
-    weight = getattr(layer, "weight", None)
-    scale = getattr(layer, "weight_scale", None)
     widths = list(getattr(layer, "logical_widths", []) or [])
+    weight, scale = _cpu_weight(layer, (torch.int8,)), _tensor(layer, "weight_scale")
     if (
         getattr(self, "is_static_input_scheme", True)
         or not getattr(self, "input_symmetric", False)
-        or not isinstance(weight, torch.Tensor)
-        or not isinstance(scale, torch.Tensor)
-        or weight.dim() != 2
-        or weight.dtype != torch.int8
-        or weight.device.type != "cpu"
+        or weight is None
+        or scale is None
     ):
         return original(self, layer)
     n = weight.shape[0]
@@ -513,13 +526,9 @@ def ct_w8a8_process_weights(original: Callable[..., Any], self: Any, layer: torc
         if len(widths) != scales.numel() or sum(widths) != n:
             return original(self, layer)
         scales = torch.repeat_interleave(scales, torch.tensor(widths))
-    packed = _sgl.convert_weight_packed(weight.data)
-    _count("convert_weight_packed")
-    layer.weight = torch.nn.Parameter(packed, requires_grad=False)
-    layer.weight_scale = torch.nn.Parameter(scales.contiguous(), requires_grad=False)
+    _pack(layer, weight, "weight_scale", scales)
     for unused in ("input_scale", "input_zero_point", "azp_adj"):  # as SGLang sets them
         setattr(layer, unused, None)
-    setattr(layer, _PACKED, True)
     return None
 
 
@@ -570,25 +579,11 @@ LINEAR_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
 def fp8_process_weights(original: Callable[..., Any], self: Any, layer: torch.nn.Module) -> Any:
     """Block-quantised fp8 weights on a CPU: packed once (``convert_weight_packed``) instead
     of SGLang's CPU branch, which needs AMX; anything else goes to SGLang's method."""
-    weight = getattr(layer, "weight", None)
-    scale = getattr(layer, "weight_scale_inv", None)
-    if not (
-        getattr(self, "block_quant", False)
-        and isinstance(weight, torch.Tensor)
-        and isinstance(scale, torch.Tensor)
-        and weight.dim() == 2
-        and weight.dtype == torch.float8_e4m3fn
-        and weight.device.type == "cpu"
-        and not getattr(layer, "use_intel_amx_backend", False)
-    ):
+    weight = _cpu_weight(layer, (torch.float8_e4m3fn,))
+    scale = _tensor(layer, "weight_scale_inv")
+    if not getattr(self, "block_quant", False) or weight is None or scale is None:
         return original(self, layer)
-    packed = _sgl.convert_weight_packed(weight.data)
-    _count("convert_weight_packed")
-    layer.weight = torch.nn.Parameter(packed, requires_grad=False)
-    layer.weight_scale_inv = torch.nn.Parameter(
-        scale.data.to(torch.float32).contiguous(), requires_grad=False
-    )
-    setattr(layer, _PACKED, True)
+    _pack(layer, weight, "weight_scale_inv", scale.data.to(torch.float32))
     return None
 
 
@@ -602,14 +597,10 @@ def fp8_apply(
     """``fp8_scaled_mm_cpu`` (W8A16) for layers packed by :func:`fp8_process_weights`."""
     if not getattr(layer, _PACKED, False) or not isinstance(x, torch.Tensor):
         return original(self, layer, x, bias)
-    shape = x.shape
-    x2 = x.reshape(-1, shape[-1])
     block = list(self.quant_config.weight_block_size)
-    _count("fp8_scaled_mm_cpu")
-    out = _sgl.fp8_scaled_mm_cpu(
-        x2, layer.weight, layer.weight_scale_inv, block, bias, x.dtype, True
+    return _on_rows(
+        "fp8_scaled_mm_cpu", x, layer.weight, layer.weight_scale_inv, block, bias, x.dtype, True
     )
-    return out.view(*shape[:-1], out.shape[-1])
 
 
 FP8_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
