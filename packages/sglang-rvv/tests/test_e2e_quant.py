@@ -7,9 +7,10 @@ its dequantised fp32 twin (the same weights, exactly dequantised, no quantisatio
 ``torch_native`` without routing in fp32. Both score the same corpus passages teacher-forced
 (1,363 positions, see ``test_e2e._passages``) and run the greedy workload of ``test_e2e``.
 
-- W4A16 (AWQ, ``SGLANG_RVV_INT4_ACT=none``) and FP8 W8A16, served in fp32, compute the
-  dequantised model in fp32: every teacher-forced top-1 and every greedy completion must be
-  the twin's, and log-probabilities agree to ``EXACT_LOGPROB`` (fp32 rounding).
+- W4A16 (AWQ with ``SGLANG_RVV_INT4_ACT=none``; compressed-tensors WNA16, whose default it
+  is) and FP8 W8A16, served in fp32, compute the dequantised model in fp32: every
+  teacher-forced top-1 and every greedy completion must be the twin's, and log-probabilities
+  agree to ``EXACT_LOGPROB`` (fp32 rounding).
 - W8A8 (served in bf16, SGLang's W8A8 dtype) and W4A8 (AWQ, GPTQ; fp32) quantise every
   linear layer's input per token to int8; their bound follows.
 
@@ -183,6 +184,13 @@ def _only_quantised_linears(stats: dict[str, int], op: str, packs: tuple[str, in
     [
         ("awq", "w4a16", "int4_w4a16_mm_cpu", ("convert_weight_packed_scale_zp", 8)),
         pytest.param("fp8", "rvv", "fp8_scaled_mm_cpu", ("convert_weight_packed", 8), marks=full),
+        pytest.param(
+            "wna16",
+            "rvv",
+            "int4_w4a16_mm_cpu",
+            ("convert_weight_packed_scale_zp", 8),
+            marks=full,
+        ),
     ],
 )
 def test_unquantised_activation_formats_compute_the_dequantised_model(

@@ -375,3 +375,104 @@ def test_compressed_tensors_w8a8_routing() -> None:
     assert out["calls"].get("convert_weight_packed") == 2, out
     for name, e in out["errs"].items():
         assert e <= 2e-2, f"{name}: {e}"
+
+
+def test_compressed_tensors_wna16_routing() -> None:
+    """compressed-tensors' WNA16 int4 (pack-quantized) scheme, symmetric and asymmetric with
+    groups of 16, and channel strategy (one group of all K): the checkpoint tensors written by
+    sglang_rvv.quant.pack_wna16, checked first against compressed-tensors' own decompression,
+    converted once through convert_weight_packed_scale_zp and run by int4_w4a16_mm_cpu (the
+    default), or int4_scaled_mm_cpu with SGLANG_RVV_INT4_ACT=int8; act-order and 8-bit
+    weights refused; the capability check that needs CUDA passes for the routed schemes."""
+    code = """
+        import json, os, torch
+        from sglang.srt.plugins import load_plugins
+        load_plugins()
+        from compressed_tensors.compressors.pack_quantized.base import (
+            PackedQuantizationCompressor)
+        from compressed_tensors.quantization import QuantizationScheme
+        from sglang.srt.layers.quantization.compressed_tensors.compressed_tensors import (
+            CompressedTensorsConfig)
+        from sglang.srt.layers.quantization.compressed_tensors.schemes.compressed_tensors_wNa16 \\
+            import CompressedTensorsWNA16
+        from sglang_rvv import layers, quant
+        torch.manual_seed(0)
+        n, k, parts = 48, 64, [32, 16]
+        w = torch.randn(n, k) / 8
+        x = torch.randn(5, k)
+        # groups of only positive / only negative weights: asymmetric zero points 0 and 15
+        w_edge = w.clone()
+        w_edge[:8, :16] = w_edge[:8, :16].abs()
+        w_edge[8:16, 16:32] = -w_edge[8:16, 16:32].abs()
+        out = {"errs": {}, "ct": {}}
+        for name, strategy, group, sym in (("group_sym", "group", 16, True),
+                                           ("group_asym", "group", 16, False),
+                                           ("channel_sym", "channel", None, True)):
+            g = group or k
+            if sym:
+                q, zeros, scales = quant.quantize_int4_symmetric(w, g)
+            else:
+                q, zeros, scales = quant.quantize_int4(w_edge, g)
+                out["zero_range"] = [int(zeros.min()), int(zeros.max())]
+            ref_w = quant.dequantize_int4(q, zeros, scales)
+            packed, zp = quant.pack_wna16(q, None if sym else zeros)
+            state = {"weight_packed": packed, "weight_scale": scales.T.float().contiguous(),
+                     "weight_shape": torch.tensor([n, k])}
+            if zp is not None:
+                state["weight_zero_point"] = zp
+            args = {"num_bits": 4, "type": "int", "symmetric": sym, "strategy": strategy,
+                    "group_size": group}
+            ct_w = PackedQuantizationCompressor.decompress(
+                state, QuantizationScheme(targets=["Linear"], weights=args))["weight"]
+            out["ct"][name] = bool(torch.equal(ct_w, ref_w))
+            cfg = CompressedTensorsConfig.from_config({
+                "quant_method": "compressed-tensors", "format": "pack-quantized",
+                "config_groups": {"g": {"targets": ["Linear"], "weights": args}}})
+            scheme = cfg._get_scheme_from_parts(cfg.target_scheme_map["Linear"]["weights"],
+                                                None, "pack-quantized")
+            assert isinstance(scheme, CompressedTensorsWNA16), scheme
+            out["supported"] = cfg._check_scheme_supported(scheme.get_min_capability())
+            layer = torch.nn.Module()
+            scheme.create_weights(layer, n, k, parts, k, torch.float32,
+                                  weight_loader=lambda *a: None)
+            for attr, t in state.items():
+                getattr(layer, attr).data.copy_(t)
+            scheme.process_weights_after_loading(layer)
+            ref = x.double() @ ref_w.double().T
+            assert scheme.symmetric == sym
+            os.environ.pop("SGLANG_RVV_INT4_ACT", None)
+            out["errs"][name] = float((scheme.apply_weights(layer, x, None).double() - ref)
+                                      .abs().max())
+            os.environ["SGLANG_RVV_INT4_ACT"] = "int8"
+            out["errs"][name + "_w4a8"] = float(
+                (scheme.apply_weights(layer, x, None).double() - ref).abs().max())
+        refused = {}
+        for what, ctor in (("act_order", lambda: CompressedTensorsWNA16(
+                               "group", 4, 16, True, actorder="group")),
+                           ("bits8", lambda: CompressedTensorsWNA16("group", 8, 16, True))):
+            scheme = ctor()
+            layer = torch.nn.Module()
+            scheme.create_weights(layer, n, k, parts, k, torch.float32,
+                                  weight_loader=lambda *a: None)
+            try:
+                scheme.process_weights_after_loading(layer)
+                refused[what] = "accepted"
+            except ValueError as e:
+                refused[what] = str(e)
+        out["refused"] = refused
+        out["calls"] = dict(layers.CALLS)
+        print(json.dumps(out))
+    """
+    out, _ = _run(code, SGLANG_RVV_LAYERS="1")
+    # pack_wna16 writes what compressed-tensors itself decompresses to the dequantised weight
+    assert out["ct"] == {"group_sym": True, "group_asym": True, "channel_sym": True}
+    assert out["supported"] is True and out["zero_range"] == [0, 15]
+    # W4A16 is the dequantised weight in fp32; W4A8 adds int8 activation rounding (as above)
+    for name in out["ct"]:
+        assert out["errs"][name] < 1e-4, out["errs"]
+        assert out["errs"][name + "_w4a8"] < 5e-2, out["errs"]
+    assert "act-order" in out["refused"]["act_order"], out["refused"]
+    assert "num_bits=8" in out["refused"]["bits8"], out["refused"]
+    calls = out["calls"]
+    assert calls.get("convert_weight_packed_scale_zp") == 3, calls
+    assert calls.get("int4_w4a16_mm_cpu") == 3 and calls.get("int4_scaled_mm_cpu") == 3, calls

@@ -410,16 +410,17 @@ def int4_ops_available() -> bool:
     return all(hasattr(torch.ops.sgl_kernel, op) for op in _INT4_OPS)
 
 
-def int4_activations() -> str:
-    """``SGLANG_RVV_INT4_ACT``: ``int8`` (default: W4A8, SGLang's arithmetic) or ``none``
-    (W4A16)."""
-    value = os.environ.get("SGLANG_RVV_INT4_ACT", "int8").strip().lower()
+def int4_activations(default: str = "int8") -> str:
+    """``SGLANG_RVV_INT4_ACT``: ``int8`` (W4A8, SGLang's AWQ / GPTQ CPU arithmetic) or
+    ``none`` (W4A16); ``default`` when unset (``int8`` for AWQ / GPTQ, ``none`` for
+    compressed-tensors WNA16)."""
+    value = os.environ.get("SGLANG_RVV_INT4_ACT", default).strip().lower()
     if value not in ("int8", "none"):
         raise ValueError(f"SGLANG_RVV_INT4_ACT={value!r}: expected int8 or none")
     return value
 
 
-_FP32_ACT_FORMATS = ("awq", "gptq", "fp8", "w8a8_int8")
+_FP32_ACT_FORMATS = ("awq", "gptq", "fp8", "w8a8_int8", "compressed-tensors")
 _with_fp32: dict[type, type] = {}
 
 
@@ -543,6 +544,135 @@ def ct_w8a8_apply(
     return w8a8_apply(lambda _s, lyr, xx, b: original(self, lyr, xx, b), self, layer, x, bias)
 
 
+_INT4_PACKED = "_rvv_int4_packed"
+_AWQ = 0
+"""``quant_method`` of ``convert_weight_packed_scale_zp`` for AWQ's int32 layout."""
+
+
+def _unpack_nibbles(words: torch.Tensor, dim: int) -> torch.Tensor:
+    """int32 words holding eight 4-bit values each (low bits first) -> int64 values 0..15,
+    the eight of a word consecutive along ``dim`` (0 or 1) of a 2-D tensor."""
+    shifts = torch.arange(0, 32, 4, dtype=torch.int64)
+    w = words.to(torch.int64)
+    if dim == 1:
+        return ((w.unsqueeze(2) >> shifts) & 0xF).reshape(w.shape[0], -1)
+    return ((w.unsqueeze(1) >> shifts[:, None]) & 0xF).reshape(-1, w.shape[1])
+
+
+def _awq_words(v: torch.Tensor) -> torch.Tensor:
+    """[R, C] values 0..15 -> AWQ's int32 [R, C / 8] (nibble order 0, 4, 1, 5, 2, 6, 3, 7)."""
+    out = torch.zeros(v.shape[0], v.shape[1] // 8, dtype=torch.int64)
+    for j, slot in enumerate((0, 4, 1, 5, 2, 6, 3, 7)):
+        out |= v[:, j::8] << (4 * slot)
+    return (out - ((out >> 31) << 32)).to(torch.int32)
+
+
+def wna16_process_weights(original: Callable[..., Any], self: Any, layer: torch.nn.Module) -> Any:
+    """compressed-tensors' WNA16 int4 (pack-quantized) on a CPU: instead of SGLang's Marlin
+    repacking (GPU only), the checkpoint's ``weight_packed`` int32 [N, K / 8] (values + 8 along
+    K), ``weight_scale`` [N, G] and, if asymmetric, ``weight_zero_point`` int32 [N / 8, G]
+    (zero point + 8 along N; symmetric: 8) are rewritten in AWQ's int32 layout (the only one
+    of the op's two that holds every zero point 0..15) and packed once by
+    ``convert_weight_packed_scale_zp``. Act-order (``weight_g_idx``) and 8-bit weights are
+    refused with a clear error; other devices go to SGLang's method."""
+    packed, scale = _tensor(layer, "weight_packed"), _tensor(layer, "weight_scale")
+    if packed is None or scale is None or packed.device.type != "cpu":
+        return original(self, layer)
+    if getattr(self, "has_g_idx", False):
+        raise ValueError(
+            "sglang-rvv: this compressed-tensors WNA16 checkpoint uses act-order (actorder="
+            "group: weight_g_idx permutes the input channels among the groups); the CPU int4 "
+            "kernels take contiguous groups only. Re-quantise without actorder (or with "
+            "actorder=weight, which keeps the groups contiguous)."
+        )
+    bits = 32 // int(getattr(self, "pack_factor", 8))
+    if bits != 4:
+        raise ValueError(
+            f"sglang-rvv: compressed-tensors WNA16 with num_bits={bits}: the CPU kernels take "
+            "4-bit weights only (num_bits=4)"
+        )
+    n, k = packed.shape[0], packed.shape[1] * 8
+    groups = scale.shape[1] if scale.dim() == 2 else 0
+    if scale.shape[0] != n or groups == 0 or k % groups or n % 8:
+        raise ValueError(
+            f"sglang-rvv: compressed-tensors WNA16 weight_packed {tuple(packed.shape)} and "
+            f"weight_scale {tuple(scale.shape)}: expected weight_scale [N, G] with N = "
+            f"{n} a multiple of 8 and G dividing K = {k}"
+        )
+    q = _unpack_nibbles(packed.data, 1)  # [N, K]
+    if getattr(self, "symmetric", True):
+        zeros = torch.full((groups, n), 8, dtype=torch.int64)
+    else:
+        zp = _tensor(layer, "weight_zero_point")
+        if zp is None or tuple(zp.shape) != (n // 8, groups):
+            raise ValueError(
+                "sglang-rvv: asymmetric compressed-tensors WNA16 needs weight_zero_point "
+                f"int32 [N / 8, G] = [{n // 8}, {groups}], got "
+                f"{None if zp is None else tuple(zp.shape)}"
+            )
+        zeros = _unpack_nibbles(zp.data, 0).T  # [G, N]
+    w, z, s = _sgl.convert_weight_packed_scale_zp(
+        _awq_words(q.T.contiguous()),
+        _awq_words(zeros.contiguous()),
+        scale.data.T.contiguous(),
+        _AWQ,
+    )
+    _count("convert_weight_packed_scale_zp")
+    for name, t in (("weight_packed", w), ("weight_zero_point", z), ("weight_scale", s)):
+        setattr(layer, name, torch.nn.Parameter(t, requires_grad=False))
+    setattr(layer, _INT4_PACKED, True)
+    return None
+
+
+def wna16_apply(
+    original: Callable[..., Any],
+    self: Any,
+    layer: torch.nn.Module,
+    x: torch.Tensor,
+    bias: torch.Tensor | None,
+) -> Any:
+    """``int4_w4a16_mm_cpu`` (W4A16, the default: the format's activations stay in 16-bit, as
+    SGLang's Marlin path computes them), or ``int4_scaled_mm_cpu`` (W4A8) with
+    ``SGLANG_RVV_INT4_ACT=int8``, for layers packed by :func:`wna16_process_weights`."""
+    if not getattr(layer, _INT4_PACKED, False) or x.dtype not in _GEMM_DTYPES:
+        return original(self, layer, x, bias)
+    op = "int4_scaled_mm_cpu" if int4_activations("none") == "int8" else "int4_w4a16_mm_cpu"
+    _count(op)
+    return getattr(_sgl, op)(
+        x, layer.weight_packed, layer.weight_zero_point, layer.weight_scale, bias
+    )
+
+
+_ROUTED_CT_SCHEMES = ("CompressedTensorsW8A8Int8", "CompressedTensorsWNA16")
+_CT_SCHEME = "_rvv_last_scheme"
+
+
+def ct_scheme_from_parts(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
+    """Records the scheme compressed-tensors just chose for a layer, for
+    :func:`ct_check_scheme_supported` (cleared first: the checks made while choosing are not
+    about it)."""
+    setattr(self, _CT_SCHEME, None)
+    scheme = original(self, *args, **kwargs)
+    setattr(self, _CT_SCHEME, scheme)
+    return scheme
+
+
+def ct_check_scheme_supported(
+    original: Callable[..., Any], self: Any, min_capability: int, error: bool = True
+) -> Any:
+    """compressed-tensors checks each layer's scheme against the CUDA device's compute
+    capability, which fails on a host without CUDA; a scheme these hooks run on the CPU
+    (W8A8 int8, WNA16) is supported there. Other schemes keep SGLang's check."""
+    name = type(getattr(self, _CT_SCHEME, None)).__name__
+    if (
+        name in _ROUTED_CT_SCHEMES
+        and not torch.cuda.is_available()
+        and (name != "CompressedTensorsWNA16" or int4_ops_available())
+    ):
+        return True
+    return original(self, min_capability, error)
+
+
 _BASE = "sglang.srt.layers."
 HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (_BASE + "layernorm.RMSNorm.forward_native", rmsnorm_forward),
@@ -630,6 +760,24 @@ INT4_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
 )
 
 
+_CT = _BASE + "quantization.compressed_tensors."
+_WNA16 = _CT + "schemes.compressed_tensors_wNa16.CompressedTensorsWNA16."
+WNA16_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
+    (_WNA16 + "process_weights_after_loading", wna16_process_weights),
+    (_WNA16 + "apply_weights", wna16_apply),
+)
+CT_CONFIG_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
+    (
+        _CT + "compressed_tensors.CompressedTensorsConfig._get_scheme_from_parts",
+        ct_scheme_from_parts,
+    ),
+    (
+        _CT + "compressed_tensors.CompressedTensorsConfig._check_scheme_supported",
+        ct_check_scheme_supported,
+    ),
+)
+
+
 def maybe_enable() -> bool:
     """Registers the hooks if routing is requested (idempotent); returns whether it is on."""
     global _enabled, _routed
@@ -645,9 +793,10 @@ def maybe_enable() -> bool:
     if linear_ops_available():
         hooks += LINEAR_HOOKS
         hooks.append(QUANT_CONFIG_HOOK)
+        hooks += CT_CONFIG_HOOKS
         if int4_ops_available():
             int4_activations()  # a bad SGLANG_RVV_INT4_ACT fails at start-up
-            hooks += INT4_HOOKS
+            hooks += INT4_HOOKS + WNA16_HOOKS
         if hasattr(torch.ops.sgl_kernel, "fp8_scaled_mm_cpu"):
             hooks += FP8_HOOKS
     else:
@@ -658,9 +807,8 @@ def maybe_enable() -> bool:
     for target, hook in hooks:
         HookRegistry.register(target, hook, HookType.AROUND)
     atexit.register(flush_stats)
-    _routed = tuple(
-        dict.fromkeys(t.rsplit(".", 2)[-2] for t, _ in hooks if t != QUANT_CONFIG_HOOK[0])
-    )
+    configs = {QUANT_CONFIG_HOOK[0], *(t for t, _ in CT_CONFIG_HOOKS)}
+    _routed = tuple(dict.fromkeys(t.rsplit(".", 2)[-2] for t, _ in hooks if t not in configs))
     return True
 
 

@@ -27,6 +27,17 @@ Formats (the ``quantization_config`` written into ``config.json``):
     ``8 r + i``), ``qzeros`` int32 [G, N / 8] holding zero - 1 (GPTQ's stored form, so the
     written zero points are 1..15 and SGLang reads them back exactly), ``scales`` fp16 [G, N],
     ``g_idx`` int32 [K] = k // group.
+``wna16``
+    compressed-tensors' W4A16 int4 (``quant_method: compressed-tensors``, ``format:
+    pack-quantized``, one config group targeting ``Linear`` with 4-bit symmetric int weights,
+    ``strategy: group``, ``group_size: INT4_GROUP``, no activation quantisation; ``ignore:
+    [lm_head]``): per group and output channel ``scale = max |w| / 7.5`` (compressed-tensors'
+    own symmetric range: 15 steps over [-8, 7]), ``q = clamp(round(w / scale), -8, 7)``,
+    written as ``weight_packed`` int32 [N, K / 8] (nibble ``i`` of word ``j`` holds input
+    channel ``8 j + i`` as ``q + 8``), ``weight_scale`` fp16 [N, G] and ``weight_shape``
+    int64 [2] = [N, K]. :func:`pack_wna16` also writes the asymmetric form's
+    ``weight_zero_point`` int32 [N / 8, G] (zero point + 8 packed along N), which the routing
+    tests use.
 ``fp8``
     Block-scaled FP8 (``quant_method: fp8``, ``weight_block_size: FP8_BLOCK``, dynamic
     activations: SGLang's W8A16 on CPU): per block, ``scale = max |w| / 448`` (e4m3's largest
@@ -53,7 +64,7 @@ import torch
 VERSION = 2
 """Bumped whenever a quantiser or the written layout changes, so cached checkpoints are
 rewritten."""
-FORMATS = ("w8a8", "awq", "gptq", "fp8")
+FORMATS = ("w8a8", "awq", "gptq", "fp8", "wna16")
 FP8_BLOCK = (16, 16)
 """[block_n, block_k] of the fp8 format's scales."""
 INT4_GROUP = 16
@@ -153,6 +164,56 @@ def pack_gptq(q: torch.Tensor, zeros: torch.Tensor) -> tuple[torch.Tensor, torch
     return _int32(w), _int32(z)
 
 
+def quantize_int4_symmetric(w: torch.Tensor, group: int) -> tuple[torch.Tensor, ...]:
+    """Symmetric round-to-nearest int4 per (output channel, group of ``group`` input channels)
+    in compressed-tensors' range: ``scale = max |w| / 7.5`` rounded to fp16 (as stored), ``q =
+    clamp(round(w / scale), -8, 7)``. Returned in :func:`quantize_int4`'s offset form (q + 8
+    uint8 [N, K] in 0..15, zeros uint8 [G, N] all 8, scales fp16 [G, N]), so
+    :func:`dequantize_int4` applies. An all-zero group gets scale 1 (q = 0)."""
+    if w.dim() != 2 or w.shape[1] % group:
+        raise ValueError(
+            f"quantize_int4_symmetric: w has shape {tuple(w.shape)}; expected [N, K] with K a "
+            f"multiple of group={group}"
+        )
+    n, k = w.shape
+    wg = w.detach().to(torch.float32).reshape(n, k // group, group)
+    amax = wg.abs().amax(dim=2)
+    scale = torch.where(amax > 0, amax / 7.5, torch.ones_like(amax))
+    scale = scale.to(torch.float16).to(torch.float32)
+    q = torch.round(wg / scale[..., None]).clamp(-8, 7) + 8
+    return (
+        q.reshape(n, k).to(torch.uint8),
+        torch.full((k // group, n), 8, dtype=torch.uint8),
+        scale.T.contiguous().to(torch.float16),
+    )
+
+
+def pack_wna16(
+    q: torch.Tensor, zeros: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """q [N, K] (0..15: the signed value + 8), zeros [G, N] (0..15) or None (symmetric) ->
+    compressed-tensors' pack-quantized ``weight_packed`` int32 [N, K / 8] (nibble ``i`` of
+    word ``j`` is input channel ``8 j + i``, low bits first) and ``weight_zero_point`` int32
+    [N / 8, G] (nibble ``i`` of word ``r`` is output channel ``8 r + i``) or None."""
+    n, k = q.shape
+    if k % 8 or (zeros is not None and n % 8):
+        raise ValueError(
+            f"pack_wna16: q has shape {tuple(q.shape)}; expected K (and N with zero points) "
+            "a multiple of 8"
+        )
+    qv = q.to(torch.int64).reshape(n, k // 8, 8)
+    packed = torch.zeros(n, k // 8, dtype=torch.int64)
+    for i in range(8):
+        packed |= (qv[..., i] & 0xF) << (4 * i)
+    if zeros is None:
+        return _int32(packed), None
+    zv = zeros.to(torch.int64).T.reshape(n // 8, 8, -1)
+    zp = torch.zeros(n // 8, zv.shape[2], dtype=torch.int64)
+    for i in range(8):
+        zp |= (zv[:, i] & 0xF) << (4 * i)
+    return _int32(packed), _int32(zp)
+
+
 def quantize_fp8(w: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
     """Block-scaled e4m3: (weight float8_e4m3fn [N, K], scales fp32 [ceil(N / bn),
     ceil(K / bk)]); an all-zero block gets scale 1."""
@@ -216,6 +277,18 @@ def _fp8(name: str, w: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Ten
     return stored, dequantize_fp8(q, scales, FP8_BLOCK)
 
 
+def _wna16(name: str, w: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    q, zeros, scales = quantize_int4_symmetric(w, INT4_GROUP)
+    packed, _ = pack_wna16(q)
+    base = name[: -len(".weight")]
+    stored = {
+        f"{base}.weight_packed": packed,
+        f"{base}.weight_scale": scales.T.contiguous(),
+        f"{base}.weight_shape": torch.tensor(list(w.shape), dtype=torch.int64),
+    }
+    return stored, dequantize_int4(q, zeros, scales)
+
+
 _QUANTIZERS: dict[str, tuple[_Quantizer, dict[str, Any]]] = {
     "fp8": (
         _fp8,
@@ -234,6 +307,34 @@ _QUANTIZERS: dict[str, tuple[_Quantizer, dict[str, Any]]] = {
             "group_size": INT4_GROUP,
             "zero_point": True,
             "version": "gemm",
+        },
+    ),
+    "wna16": (
+        _wna16,
+        {
+            "quant_method": "compressed-tensors",
+            "format": "pack-quantized",
+            "quantization_status": "compressed",
+            "config_groups": {
+                "group_0": {
+                    "targets": ["Linear"],
+                    "weights": {
+                        "num_bits": 4,
+                        "type": "int",
+                        "symmetric": True,
+                        "strategy": "group",
+                        "group_size": INT4_GROUP,
+                        "dynamic": False,
+                        "actorder": None,
+                        "observer": "minmax",
+                    },
+                    "input_activations": None,
+                    "output_activations": None,
+                    "format": "pack-quantized",
+                }
+            },
+            "ignore": ["lm_head"],
+            "kv_cache_scheme": None,
         },
     ),
     "gptq": (
