@@ -64,7 +64,7 @@ def quant_served(tmp_path_factory: pytest.TempPathFactory) -> Any:
                 _CACHE[key] = run_server(
                     model, "rvv", routed=True, tmp=tmp, score=True, dtype=dtype
                 )
-            elif which == "w4a16":
+            elif which in ("w4a16", "w4a8"):  # the int4 formats with the other activations
                 model = demo.ensure_quantized("qwen2", fmt)
                 _CACHE[key] = run_server(
                     model,
@@ -73,7 +73,7 @@ def quant_served(tmp_path_factory: pytest.TempPathFactory) -> Any:
                     tmp=tmp,
                     score=True,
                     dtype="float32",
-                    env_extra={"SGLANG_RVV_INT4_ACT": "none"},
+                    env_extra={"SGLANG_RVV_INT4_ACT": "none" if which == "w4a16" else "int8"},
                 )
             elif which == "bf16":
                 model = demo.ensure_quantized("qwen2", fmt, dequantized=True)
@@ -202,7 +202,8 @@ def test_unquantised_activation_formats_compute_the_dequantised_model(
     print(
         f"[e2e-quant] {fmt} {which} (rvv, fp32) vs dequantised fp32 (torch_native): top-1 "
         f"{same}/{positions}, max |logprob diff| {worst:.2e}, greedy {greedy}/"
-        f"{len(_prompts())} identical"
+        f"{len(_prompts())} identical; {packs[0]} {ours.stats.get(packs[0])}, {op} "
+        f"{ours.stats.get(op)}"
     )
     assert positions >= 500 and same == positions and worst <= EXACT_LOGPROB
     assert greedy == len(_prompts())
@@ -210,19 +211,22 @@ def test_unquantised_activation_formats_compute_the_dequantised_model(
 
 
 @full
-@pytest.mark.parametrize("fmt", ["awq", "gptq"])
+@pytest.mark.parametrize("fmt", ["awq", "gptq", "wna16"])
 def test_w4a8_teacher_forced_agrees_with_the_dequantised_model(quant_served: Any, fmt: str) -> None:
     """W4A8's only difference from the twin is W8A8's per-token int8 activation rounding (fp32
     otherwise), so W8A8's bound holds: at most W8A8_ERROR_FACTOR times the bf16 server's
-    error on the W8A8 twin (this model's bf16 noise level)."""
-    ours, ref = quant_served(fmt, "rvv"), quant_served(fmt, "ref")
+    error on the W8A8 twin (this model's bf16 noise level). compressed-tensors WNA16 runs
+    W4A8 only with SGLANG_RVV_INT4_ACT=int8 (its default is W4A16)."""
+    ours = quant_served(fmt, "w4a8" if fmt == "wna16" else "rvv")
+    ref = quant_served(fmt, "ref")
     positions, same, worst = _teacher_forced(ours, ref)
     _, _, worst_bf16 = _teacher_forced(quant_served("w8a8", "bf16"), quant_served("w8a8", "ref"))
     greedy = _greedy_same(ours, ref)
     print(
         f"[e2e-quant] {fmt} W4A8 (rvv, fp32) vs dequantised fp32 (torch_native): top-1 "
         f"{same}/{positions} ({same / positions:.4f}), max |logprob diff| {worst:.4f} "
-        f"(bound {W8A8_ERROR_FACTOR} x {worst_bf16:.4f}), greedy {greedy}/{len(_prompts())}"
+        f"(bound {W8A8_ERROR_FACTOR} x {worst_bf16:.4f}), greedy {greedy}/{len(_prompts())}; "
+        f"int4_scaled_mm_cpu {ours.stats.get('int4_scaled_mm_cpu')}"
     )
     assert positions >= 500 and same / positions >= W8A8_TOP1
     assert worst <= W8A8_ERROR_FACTOR * worst_bf16

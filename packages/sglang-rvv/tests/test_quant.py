@@ -57,7 +57,7 @@ def test_demo_cli_checks_its_quant_arguments(capsys: pytest.CaptureFixture[str])
     assert "--dequantized needs --quant" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         demo.main(["--quant", "nf4"])
-    assert "--quant nf4: expected one of w8a8, awq, gptq, fp8" in capsys.readouterr().err
+    assert "--quant nf4: expected one of w8a8, awq, gptq, fp8, wna16" in capsys.readouterr().err
 
 
 def test_int4_is_asymmetric_round_to_nearest_per_group() -> None:
@@ -137,3 +137,81 @@ def test_fp8_is_block_scaled_e4m3_round_to_nearest() -> None:
     # subnormal spacing 2^-9 of the block scale)
     full = s.repeat_interleave(16, 0)[:40].repeat_interleave(32, 1)[:, :70]
     assert bool(((w - deq).abs() <= w.abs() * 2**-4 + full * 2**-10).all())
+
+
+def test_int4_symmetric_is_compressed_tensors_range_round_to_nearest() -> None:
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(24, 48, generator=g)
+    w[3, 16:32] = 0.0  # an all-zero group: scale 1, q = 0
+    q, zeros, scales = quant.quantize_int4_symmetric(w, 16)
+    assert q.dtype == torch.uint8 and int(q.max()) <= 15
+    assert bool((zeros == 8).all()) and zeros.shape == (3, 24) and scales.shape == (3, 24)
+    assert scales.dtype == torch.float16 and float(scales[1, 3]) == 1.0
+    s = scales.float().T.repeat_interleave(16, dim=1)
+    amax = w.abs().reshape(24, 3, 16).amax(dim=2).T
+    assert torch.equal(scales, torch.where(amax > 0, amax / 7.5, 1.0).to(torch.float16))
+    # round to nearest in [-8, 7]: within half a step except where 7 clips (at most 1 step)
+    err = (w - quant.dequantize_int4(q, zeros, scales)).abs()
+    clipped = (q == 15) & (w / s > 7.5)
+    assert bool((err[~clipped] <= s[~clipped] / 2 * (1 + 1e-3)).all())
+    assert bool((err[clipped] <= s[clipped] * (1 + 1e-3)).all())
+    with pytest.raises(ValueError, match=r"K a multiple of group=16"):
+        quant.quantize_int4_symmetric(torch.ones(4, 20), 16)
+
+
+def test_wna16_packing_is_compressed_tensors_pack_quantized() -> None:
+    """pack_wna16 against compressed-tensors' own packer (pack_to_int32 of the signed values,
+    zero points packed along N)."""
+    from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
+
+    g = torch.Generator().manual_seed(5)
+    q = torch.randint(0, 16, (16, 40), generator=g, dtype=torch.uint8)
+    zeros = torch.randint(0, 16, (5, 16), generator=g, dtype=torch.uint8)
+    packed, zp = quant.pack_wna16(q, zeros)
+    assert packed.dtype == torch.int32 and packed.shape == (16, 5)
+    assert zp is not None and zp.dtype == torch.int32 and zp.shape == (2, 5)
+    assert torch.equal(packed, pack_to_int32((q.to(torch.int16) - 8).to(torch.int8), 4))
+    signed_zeros = (zeros.T.to(torch.int16) - 8).to(torch.int8)
+    assert torch.equal(zp, pack_to_int32(signed_zeros, 4, packed_dim=0))
+    assert quant.pack_wna16(q)[1] is None
+    with pytest.raises(ValueError, match=r"a multiple of 8"):
+        quant.pack_wna16(q[:, :36])
+
+
+def test_wna16_checkpoint_and_its_twin() -> None:
+    """The written checkpoint is what compressed-tensors reads: its config parses as a
+    pack-quantized W4A16 group scheme, and its own decompression of a layer gives the
+    dequantised twin's weight exactly."""
+    import json
+
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.quantization import QuantizationConfig
+    from safetensors.torch import load_file
+
+    path = demo.ensure_quantized("qwen2", "wna16")
+    config = QuantizationConfig.model_validate(
+        json.loads((path / "config.json").read_text())["quantization_config"]
+    )
+    assert config.format == "pack-quantized" and config.ignore == ["lm_head"]
+    scheme = config.config_groups["group_0"]
+    assert scheme.input_activations is None and scheme.weights is not None
+    weights = scheme.weights
+    assert (weights.num_bits, weights.type, weights.strategy) == (4, "int", "group")
+    assert weights.symmetric and weights.group_size == quant.INT4_GROUP
+    t = load_file(str(path / "model.safetensors"))
+    twin = load_file(
+        str(demo.ensure_quantized("qwen2", "wna16", dequantized=True) / "model.safetensors")
+    )
+    assert str(t["lm_head.weight"].dtype) == "torch.float32"  # not quantised
+    for base, shape in (
+        ("model.layers.1.mlp.down_proj", (64, 176)),
+        ("model.layers.0.self_attn.o_proj", (64, 64)),
+    ):
+        state = {k.rsplit(".", 1)[1]: v for k, v in t.items() if k.startswith(base + ".")}
+        assert sorted(state) == ["weight_packed", "weight_scale", "weight_shape"]
+        assert state["weight_packed"].shape == (shape[0], shape[1] // 8)
+        assert state["weight_scale"].shape == (shape[0], shape[1] // quant.INT4_GROUP)
+        assert state["weight_shape"].tolist() == list(shape)
+        state["weight_scale"] = state["weight_scale"].float()  # fp32 output, as the twin
+        w = PackedQuantizationCompressor.decompress(state, scheme)["weight"]
+        assert torch.equal(w, twin[f"{base}.weight"])

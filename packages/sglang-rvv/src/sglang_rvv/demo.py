@@ -7,7 +7,7 @@ rather than noise, and the top logit is rarely a near-tie), and both are saved i
 Face layout SGLang loads. ``python -m sglang_rvv.demo --out DIR [--arch qwen2|llama]``.
 
 ``--quant FORMAT`` writes the same model quantised (:mod:`sglang_rvv.quant`: ``w8a8``, ``awq``,
-``gptq``, ``fp8``), and
+``gptq``, ``fp8``, ``wna16``), and
 ``--dequantized`` with it that checkpoint's fp32 dequantised twin.
 """
 
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="target directory (default: the cache)")
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
     parser.add_argument(
-        "--quant", help="write the model quantised in this format (w8a8, awq, gptq, fp8)"
+        "--quant", help="write the model quantised in this format (w8a8, awq, gptq, fp8, wna16)"
     )
     parser.add_argument(
         "--dequantized", action="store_true", help="with --quant: its fp32 dequantised twin"

@@ -305,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--demo-quant",
-        choices=("w8a8", "awq", "gptq", "fp8"),
+        choices=("w8a8", "awq", "gptq", "fp8", "wna16"),
         help="serve the demo model quantised in this format (sglang_rvv.quant); its linear "
         "layers need the RVV ops, so SGLANG_RVV_LAYERS defaults to 1",
     )
