@@ -230,5 +230,7 @@ def test_w4a8_teacher_forced_agrees_with_the_dequantised_model(quant_served: Any
     )
     assert positions >= 500 and same / positions >= W8A8_TOP1
     assert worst <= W8A8_ERROR_FACTOR * worst_bf16
-    assert "memory at about ten gigabytes" in ours.sequential[0].text
+    # the corpus sentence (the symmetric WNA16 weights' model ends the completion one token
+    # earlier, in "gigaby", as its dequantised twin does)
+    assert "memory at about ten giga" in ours.sequential[0].text
     _only_quantised_linears(ours.stats, "int4_scaled_mm_cpu", ("convert_weight_packed_scale_zp", 8))

@@ -460,6 +460,26 @@ def test_compressed_tensors_wna16_routing() -> None:
             except ValueError as e:
                 refused[what] = str(e)
         out["refused"] = refused
+        # the capability check for the other routed scheme (W8A8 int8) and one not routed
+        # (W8A8 fp8), which keeps SGLang's checks (they need CUDA)
+        checks = {}
+        for what, fmt, typ in (("w8a8_int8", "int-quantized", "int"),
+                               ("w8a8_fp8", "float-quantized", "float")):
+            args = {"num_bits": 8, "type": typ, "symmetric": True, "strategy": "channel"}
+            act = {**args, "strategy": "token", "dynamic": True}
+            cfg = CompressedTensorsConfig.from_config({
+                "quant_method": "compressed-tensors", "format": fmt,
+                "config_groups": {"g": {"targets": ["Linear"], "weights": args,
+                                        "input_activations": act}}})
+            target = cfg.target_scheme_map["Linear"]
+            try:
+                scheme = cfg._get_scheme_from_parts(target["weights"],
+                                                    target["input_activations"], fmt)
+                checks[what] = [type(scheme).__name__,
+                                cfg._check_scheme_supported(scheme.get_min_capability())]
+            except RuntimeError as e:
+                checks[what] = ["RuntimeError", str(e)]
+        out["checks"] = checks
         out["calls"] = dict(layers.CALLS)
         print(json.dumps(out))
     """
@@ -473,6 +493,9 @@ def test_compressed_tensors_wna16_routing() -> None:
         assert out["errs"][name + "_w4a8"] < 5e-2, out["errs"]
     assert "act-order" in out["refused"]["act_order"], out["refused"]
     assert "num_bits=8" in out["refused"]["bits8"], out["refused"]
+    checks = out["checks"]
+    assert checks["w8a8_int8"] == ["CompressedTensorsW8A8Int8", True], checks
+    assert checks["w8a8_fp8"][0] == "RuntimeError" and "NVIDIA" in checks["w8a8_fp8"][1]
     calls = out["calls"]
     assert calls.get("convert_weight_packed_scale_zp") == 3, calls
     assert calls.get("int4_w4a16_mm_cpu") == 3 and calls.get("int4_scaled_mm_cpu") == 3, calls

@@ -46,6 +46,17 @@ compressed-tensors' W8A8 int8 scheme (dynamic symmetric activations; per-channel
 per-tensor weight scales) is packed after SGLang's own processing and runs the same op (its
 CUDA ``int8_scaled_mm`` otherwise).
 
+compressed-tensors' WNA16 int4 scheme (``pack-quantized``: group or channel strategy,
+symmetric or with zero points), which SGLang runs only through Marlin (CUDA): its
+``weight_packed`` / ``weight_scale`` / ``weight_zero_point`` are rewritten in AWQ's int32
+layout at load and packed once by ``convert_weight_packed_scale_zp``; the layers run W4A16
+(``int4_w4a16_mm_cpu``) by default - the format's activations stay in 16 bits, which is what
+SGLang's Marlin path computes - or W4A8 (``int4_scaled_mm_cpu``) with
+``SGLANG_RVV_INT4_ACT=int8``. Act-order (``actorder: group``) and 8-bit weights are refused
+with a clear error. compressed-tensors checks each scheme against the CUDA device's compute
+capability, which fails on a CPU host; for the two schemes routed here the check passes
+(hooks on ``CompressedTensorsConfig``).
+
 SGLang's W8A8 int8 linear method refuses to load on a CPU without AMX or arm64 (its
 ``process_weights_after_loading`` asserts); with routing on, a W8A8 checkpoint loads and its
 linear layers run SGLang's AMX arithmetic (per-token int8 activations, exact int32 sums,
