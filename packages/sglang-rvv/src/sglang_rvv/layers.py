@@ -561,20 +561,22 @@ _AWQ = 0
 
 
 def _unpack_nibbles(words: torch.Tensor, dim: int) -> torch.Tensor:
-    """int32 words holding eight 4-bit values each (low bits first) -> int64 values 0..15,
+    """int32 words holding eight 4-bit values each (low bits first) -> uint8 values 0..15,
     the eight of a word consecutive along ``dim`` (0 or 1) of a 2-D tensor."""
-    shifts = torch.arange(0, 32, 4, dtype=torch.int64)
-    w = words.to(torch.int64)
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32)
+    w = words.to(torch.int32)
     if dim == 1:
-        return ((w.unsqueeze(2) >> shifts) & 0xF).reshape(w.shape[0], -1)
-    return ((w.unsqueeze(1) >> shifts[:, None]) & 0xF).reshape(-1, w.shape[1])
+        nibbles = ((w.unsqueeze(2) >> shifts) & 0xF).reshape(w.shape[0], -1)
+    else:
+        nibbles = ((w.unsqueeze(1) >> shifts[:, None]) & 0xF).reshape(-1, w.shape[1])
+    return nibbles.to(torch.uint8)
 
 
 def _awq_words(v: torch.Tensor) -> torch.Tensor:
     """[R, C] values 0..15 -> AWQ's int32 [R, C / 8] (nibble order 0, 4, 1, 5, 2, 6, 3, 7)."""
     out = torch.zeros(v.shape[0], v.shape[1] // 8, dtype=torch.int64)
     for j, slot in enumerate((0, 4, 1, 5, 2, 6, 3, 7)):
-        out |= v[:, j::8] << (4 * slot)
+        out |= v[:, j::8].to(torch.int64) << (4 * slot)
     return (out - ((out >> 31) << 32)).to(torch.int32)
 
 
@@ -612,7 +614,7 @@ def wna16_process_weights(original: Callable[..., Any], self: Any, layer: torch.
         )
     q = _unpack_nibbles(packed.data, 1)  # [N, K]
     if getattr(self, "symmetric", True):
-        zeros = torch.full((groups, n), 8, dtype=torch.int64)
+        zeros = torch.full((groups, n), 8, dtype=torch.uint8)
     else:
         zp = _tensor(layer, "weight_zero_point")
         if zp is None or tuple(zp.shape) != (n // 8, groups):
