@@ -11,8 +11,9 @@ its dequantised fp32 twin (the same weights, exactly dequantised, no quantisatio
   is) and FP8 W8A16, served in fp32, compute the dequantised model in fp32: every
   teacher-forced top-1 and every greedy completion must be the twin's, and log-probabilities
   agree to ``EXACT_LOGPROB`` (fp32 rounding).
-- W8A8 (served in bf16, SGLang's W8A8 dtype) and W4A8 (AWQ, GPTQ; fp32) quantise every
-  linear layer's input per token to int8; their bound follows.
+- W8A8 (served in bf16, SGLang's W8A8 dtype) and W4A8 (AWQ, GPTQ; WNA16 with
+  ``SGLANG_RVV_INT4_ACT=int8``; fp32) quantise every linear layer's input per token to int8;
+  their bound follows.
 
 Bound. The W8A8 server differs from the reference by (a) bf16 activations and KV cache
 against fp32 and (b) the per-token int8 quantisation of every linear layer's input. (a) alone
