@@ -64,8 +64,8 @@ torch-native's per-token count over the mode's; ``git``, ``date_utc``: the check
 the run started). At most two QEMU processes run at once (``--jobs``); each run is bounded by
 ``--timeout``.
 
-``--projection`` (the inputs of tools/k1_model.py): the modes ``rvv`` and ``rvv-w8a8`` (no
-torch-native, no ratios) at VLEN 256 (or the ``--vlen`` given) with the Qwen2.5-1.5B layers
+``--projection`` (the inputs of tools/k1_model.py): the modes ``rvv``, ``rvv-w8a8``,
+``rvv-w4a8`` and ``rvv-fp8`` (no torch-native, no ratios) at VLEN 256 (or the ``--vlen`` given) with the Qwen2.5-1.5B layers
 at PROJECTION_SHAPES - 1 and 2 layers with vocabulary 4096, 1 layer with vocabulary 16384 -
 so a token's count splits into a per-layer, a per-vocabulary-row and a fixed part - and 1
 layer with the real vocabulary (151,936), which checks the per-row part's extrapolation.
@@ -104,7 +104,7 @@ W4A8_VS_W8A8 = 0.6
 FULL_SHAPE: dict[str, int] = {}  # the guest's defaults: Qwen2.5-1.5B layers, 2 layers
 # --projection: (layers, vocab) pairs; the rest of the shape is the guest's default.
 PROJECTION_SHAPES = ((1, 4096), (2, 4096), (1, 16384), (1, 151936))
-PROJECTION_MODES = ("rvv", "rvv-w8a8")
+PROJECTION_MODES = ("rvv", "rvv-w8a8", "rvv-w4a8", "rvv-fp8")
 # The guest's defaults (tools/guest/decode_step.py), for the records.
 GUEST_DEFAULTS = {"layers": 2, "vocab": 4096, "context": 512}
 QUICK_SHAPE = {

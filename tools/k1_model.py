@@ -3,7 +3,7 @@
     python tools/k1_model.py [--ours FILE] [--peers FILE] [--out FILE] [--threads T ...]
 
 Projects the time per token of the full Qwen2.5-1.5B (28 layers, vocabulary 151,936) on a K1
-from per-token counts of shorter emulated runs - ours (rvv bf16, rvv-w8a8) and llama.cpp's
+from per-token counts of shorter emulated runs - ours (rvv bf16, rvv-w8a8, rvv-w4a8, rvv-fp8) and llama.cpp's
 (bench_peers' ``qwen2-1.5b`` decode records, per type) - and checks the same model against
 llama.cpp's published BPI-F3 (= K1) figures for TinyLlama-1.1B. Prints a table, writes JSON (default
 ``build/bench/k1_model.json``); :func:`report` returns the same dict for bench-report.
@@ -78,10 +78,12 @@ Published figures (what could be confirmed, and from where; ``search`` over GitH
   buffers its IQ4_NL decode runs that GEMV, not the vec dot the 7.94 was measured with.
 
 Inputs - ours: ``build/bench/e2e_riscv_projection.json`` (``tools/bench_e2e_riscv.py
---projection``): records ``{"mode": "rvv"|"rvv-w8a8", "vlen", "layers", "vocab", "context",
-"insns_per_token", "est_cycles_per_token"}`` at (layers, vocab) = (1, 4096), (2, 4096),
-(1, 16384), (1, 151936), VLEN 256. Per-token weight bytes: rvv bf16, 2 bytes a weight;
-rvv-w8a8 1 byte a weight + an fp32 scale per output channel, LM head bf16 (as
+--projection``): records ``{"mode": "rvv"|"rvv-w8a8"|"rvv-w4a8"|"rvv-fp8", "vlen", "layers",
+"vocab", "context", "insns_per_token", "est_cycles_per_token"}`` at (layers, vocab) =
+(1, 4096), (2, 4096), (1, 16384), (1, 151936), VLEN 256. Per-token weight bytes: rvv bf16,
+2 bytes a weight; rvv-w8a8 1 byte a weight + an fp32 scale per output channel; rvv-w4a8 half
+a byte a weight + an fp32 scale and a uint8 zero point per 128 weights of a channel; rvv-fp8 1
+byte a weight + an fp32 scale per 128 weights of a channel; LM head bf16 in every mode (as
 tools/guest/decode_step.py packs them); K/V cache bf16.
 
 Inputs - llama.cpp: ``build/bench/peers.json`` (tools/bench_peers.py), records
@@ -169,6 +171,11 @@ BYTES_PER_WEIGHT = {
     "q3_k": 110 / 256,
     "q6_k": 210 / 256,
     "int8": 1.0,
+    # Ours: INT4 in groups of 128 along K (rvv-ops' packed nibbles plus, per group and output
+    # channel, an fp32 scale and a uint8 zero point); FP8 e4m3 with 128 x 128 block scales
+    # (the op expands them to one fp32 per 128 k and channel, which the kernel reads).
+    "int4_g128": 0.5 + (4 + 1) / 128,
+    "fp8_b128": 1.0 + 4 / 128,
 }
 HEAD_TYPE = {"f16": "f16", "bf16": "bf16", "q8_0": "q8_0", "q4_0": "q6_k", "iq4_nl": "q6_k",
              "q3_k": "q6_k"}  # fmt: skip
@@ -192,6 +199,8 @@ class Types:
 OUR_TYPES = {
     "rvv": Types("bf16", 0, "bf16", "bf16", "bf16", "bf16"),
     "rvv-w8a8": Types("int8", 4, "bf16", "bf16", "bf16", "bf16"),
+    "rvv-w4a8": Types("int4_g128", 0, "bf16", "bf16", "bf16", "bf16"),
+    "rvv-fp8": Types("fp8_b128", 0, "bf16", "bf16", "bf16", "bf16"),
 }
 
 
