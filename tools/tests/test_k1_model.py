@@ -24,6 +24,11 @@ import k1_model
 # small values.
 QWEN_BF16_LAYER = 46_792_704 * 2 + 5120 * 2  # 93,595,648
 QWEN_W8A8_LAYER = 46_792_704 + 23_040 * 4 + 5120 * 2  # 46,895,104
+# INT4 in groups of 128 (every K of the layer is a multiple of 128): half a byte a weight and
+# 4 + 1 bytes (scale, zero point) per 128 weights; FP8: a byte a weight and an fp32 scale per
+# 128.
+QWEN_W4A8_LAYER = 46_792_704 // 2 + 46_792_704 // 128 * 5 + 5120 * 2  # 25,234,432
+QWEN_FP8_LAYER = 46_792_704 + 46_792_704 // 128 * 4 + 5120 * 2  # 48,265,216
 # TinyLlama layer: q, o 2 x 4,194,304, k, v 2 x 524,288, gate/up/down 3 x 11,534,336 =
 # 44,040,192 weights; IQ4_NL 18 bytes per 32 = 24,772,608; 2 f32 norms of 2048 = 16,384.
 TINY_IQ4NL_LAYER = 24_772_608 + 16_384  # 24,788,992
@@ -33,6 +38,8 @@ TINY_F16_LAYER = 88_080_384 + 16_384  # 88,096,768
 def test_layer_bytes() -> None:
     assert k1_model.layer_bytes(k1_model.QWEN, k1_model.OUR_TYPES["rvv"]) == QWEN_BF16_LAYER
     assert k1_model.layer_bytes(k1_model.QWEN, k1_model.OUR_TYPES["rvv-w8a8"]) == (QWEN_W8A8_LAYER)
+    assert k1_model.layer_bytes(k1_model.QWEN, k1_model.OUR_TYPES["rvv-w4a8"]) == QWEN_W4A8_LAYER
+    assert k1_model.layer_bytes(k1_model.QWEN, k1_model.OUR_TYPES["rvv-fp8"]) == QWEN_FP8_LAYER
     tiny = k1_model.TINYLLAMA
     assert k1_model.layer_bytes(tiny, k1_model.llama_types("iq4_nl")) == TINY_IQ4NL_LAYER
     assert k1_model.layer_bytes(tiny, k1_model.llama_types("f16")) == TINY_F16_LAYER
