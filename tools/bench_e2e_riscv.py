@@ -65,10 +65,11 @@ the run started). At most two QEMU processes run at once (``--jobs``); each run 
 ``--timeout``.
 
 ``--projection`` (the inputs of tools/k1_model.py): the modes ``rvv``, ``rvv-w8a8``,
-``rvv-w4a8`` and ``rvv-fp8`` (no torch-native, no ratios) at VLEN 256 (or the ``--vlen`` given) with the Qwen2.5-1.5B layers
-at PROJECTION_SHAPES - 1 and 2 layers with vocabulary 4096, 1 layer with vocabulary 16384 -
-so a token's count splits into a per-layer, a per-vocabulary-row and a fixed part - and 1
-layer with the real vocabulary (151,936), which checks the per-row part's extrapolation.
+``rvv-w4a8`` and ``rvv-fp8`` (no torch-native, no ratios) at VLEN 256 (or the ``--vlen``
+given) with the Qwen2.5-1.5B layers at PROJECTION_SHAPES - 1 and 2 layers with vocabulary
+4096, 1 layer with vocabulary 16384 - so a token's count splits into a per-layer, a per-
+vocabulary-row and a fixed part - and 1 layer with the real vocabulary (151,936), which
+checks the per-row part's extrapolation.
 Writes ``build/bench/e2e_riscv_projection.json``, records as above (``"projection": true``).
 """
 

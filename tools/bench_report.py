@@ -662,9 +662,9 @@ def k1_section(plt: Any, data: dict[str, Any], img: Path) -> list[str]:
         out += [
             f"**Projections**: {first.get('model', '?')}, {first.get('layers', '?')} layers, "
             f"vocabulary {first.get('vocab', '?'):,}, context {first.get('context', '?')}, "
-            "ms per token on the K1. Ours: `rvv` (bf16), `rvv-w8a8`, `rvv-w4a8` (INT4 groups of "
-            "128) and `rvv-fp8` (block-scaled e4m3), the modes the records hold; llama.cpp's rows are "
-            "its plain-RVV build (no IME) through the same model.",
+            "ms per token on the K1. Ours: `rvv` (bf16), `rvv-w8a8`, `rvv-w4a8` (INT4 groups "
+            "of 128) and `rvv-fp8` (block-scaled e4m3), the modes the records hold; llama.cpp's "
+            "rows are its plain-RVV build (no IME) through the same model.",
             "",
             "| mode | threads | compute ms | memory ms | time ms | band ms | tokens/s |",
             "|---|---:|---:|---:|---:|---:|---:|",

@@ -3,10 +3,11 @@
     python tools/k1_model.py [--ours FILE] [--peers FILE] [--out FILE] [--threads T ...]
 
 Projects the time per token of the full Qwen2.5-1.5B (28 layers, vocabulary 151,936) on a K1
-from per-token counts of shorter emulated runs - ours (rvv bf16, rvv-w8a8, rvv-w4a8, rvv-fp8) and llama.cpp's
-(bench_peers' ``qwen2-1.5b`` decode records, per type) - and checks the same model against
-llama.cpp's published BPI-F3 (= K1) figures for TinyLlama-1.1B. Prints a table, writes JSON (default
-``build/bench/k1_model.json``); :func:`report` returns the same dict for bench-report.
+from per-token counts of shorter emulated runs - ours (rvv bf16, rvv-w8a8, rvv-w4a8, rvv-
+fp8) and llama.cpp's (bench_peers' ``qwen2-1.5b`` decode records, per type) - and checks the
+same model against llama.cpp's published BPI-F3 (= K1) figures for TinyLlama-1.1B. Prints a
+table, writes JSON (default ``build/bench/k1_model.json``); :func:`report` returns the same
+dict for bench-report.
 
 The board (:data:`K1`). 8 SpacemiT X60 cores (in-order, dual-issue, RVV 1.0, VLEN 256,
 DLEN 128) at 1.6 GHz in 2 clusters of 4 (512 KiB L2 per cluster), LPDDR4X; ~10.7 GB/s of
