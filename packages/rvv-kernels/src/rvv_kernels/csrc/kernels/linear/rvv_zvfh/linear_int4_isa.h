@@ -10,13 +10,13 @@
 // one byte vector, its low (vand 15) and high (vsrl 4) nibbles, each widened to fp16 by
 // vfwcvt.f.xu.v (exact: 0..15), then per row vfwmacc.vf x'_k * nibble into the group's
 // fp32 sums S (the products of an 11-bit and a 4-bit significand are exact in fp32).
-// The zero point enters once per group: S - z X_g (vfnmsac.vf), then y' += scale *
-// (S - z X_g) (vfmacc.vv) into the rows' scaled sums y' (cx.ybuf); at the end
+// The zero point enters once per group: S starts at -z X_g (vfmul.vf), then y' +=
+// scale * S (vfmacc.vv) into the rows' scaled sums y' (cx.ybuf); at the end
 // out = y' * 2^-e + bias (one fused rounding).
 //
 // Against the fp32 kernel: two instructions write 32-bit lanes per nibble there
 // (vfwcvt to fp32, vfmacc), one here (vfwmacc), the conversion writes 16-bit lanes.
-// The results differ only by fp32 summation order (sum x q, then minus z X_g) and the
+// The results differ only by fp32 summation order (-z X_g + sum x q) and the
 // conversion of activations below max|x| * 2^-31 (bf16) to fp16.
 #pragma once
 
@@ -77,7 +77,11 @@ void w4a16h_block(const Int4Ctx& cx, const std::uint8_t* panel, const _Float16* 
       for (int r = 0; r < MR; ++r) __riscv_vse32(cx.ybuf + r * nr + c, zero, vl);
     }
     for (std::int64_t g = 0; g < cx.groups; ++g) {
-#define RVVK_DECL(i) typename V::F s##i = V::splatf(0.0f, vl);
+      // S starts at -z X_g (the zero points' term), so that the group ends with
+      // y' += scale * S: no separate zeroing and subtraction.
+      const typename V::F z = V::bytes_f32(T::load8(cx.zeros + g * cx.n + n0 + c, vl), vl);
+#define RVVK_DECL(i) \
+  typename V::F s##i = __riscv_vfmul(z, MR > i ? -xsum[i * cx.groups + g] : 0.0f, vl);
       RVVK_ROWS(RVVK_DECL)
 #undef RVVK_DECL
       const std::int64_t ge = cx.group_end(g);
@@ -142,13 +146,11 @@ void w4a16h_block(const Int4Ctx& cx, const std::uint8_t* panel, const _Float16* 
 #undef RVVK_MAC1L
 #undef RVVK_MAC1H
 #undef RVVK_MAC
-      const typename V::F z = V::bytes_f32(T::load8(cx.zeros + g * cx.n + n0 + c, vl), vl);
       const typename V::F sc = V::loadf(cx.scales + g * cx.n + n0 + c, vl);
       // y' += scale * (S - z X_g)
 #define RVVK_EPI(i)                                                                \
   if constexpr (MR > i) {                                                          \
     float* y = cx.ybuf + i * nr + c;                                               \
-    s##i = __riscv_vfnmsac(s##i, xsum[i * cx.groups + g], z, vl);                  \
     __riscv_vse32(y, __riscv_vfmacc(V::loadf(y, vl), sc, s##i, vl), vl);           \
   }
       RVVK_ROWS(RVVK_EPI)
