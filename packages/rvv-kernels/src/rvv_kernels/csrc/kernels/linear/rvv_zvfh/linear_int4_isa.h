@@ -40,12 +40,23 @@ namespace int4isa {
 // H<L32>: a strip's byte (L32 / 4), fp16 (L32 / 2) and fp32 (L32) vectors.
 template <int L32>
 struct H;
-#define RVVK_INT4_H(L32, E8, E16, E32)                                                       \
+// Also four byte rows at once (U8x4, F16x4: four times the LMUL) and the fp16 vector of
+// byte row j of them (part<j>: a register of the group, no instruction).
+#define RVVK_INT4_H(L32, E8, E16, E32, E8X4, E16X4)                                          \
   template <>                                                                                \
   struct H<L32> {                                                                            \
     using U8 = vuint8##E8##_t;                                                               \
     using F16 = vfloat16##E16##_t;                                                           \
     using F = vfloat32##E32##_t;                                                             \
+    using U8x4 = vuint8##E8X4##_t;                                                           \
+    using F16x4 = vfloat16##E16X4##_t;                                                       \
+    static U8x4 load8x4(const std::uint8_t* p, std::size_t vl4) {                            \
+      return __riscv_vle8_v_u8##E8X4(p, vl4);                                                \
+    }                                                                                        \
+    template <int J>                                                                         \
+    static F16 part(F16x4 v) {                                                               \
+      return __riscv_vget_v_f16##E16X4##_f16##E16(v, J);                                     \
+    }                                                                                        \
     static F loadf(const float* p, std::size_t vl) { return __riscv_vle32_v_f32##E32(p, vl); } \
     static F splatf(float x, std::size_t vl) { return __riscv_vfmv_v_f_f32##E32(x, vl); }    \
     /* bytes 0..255 as fp32, exactly (zero points) */                                        \
@@ -53,8 +64,8 @@ struct H;
       return __riscv_vfwcvt_f(__riscv_vfwcvt_f(b, vl), vl);                                  \
     }                                                                                        \
   };
-RVVK_INT4_H(2, mf2, m1, m2)
-RVVK_INT4_H(4, m1, m2, m4)
+RVVK_INT4_H(2, mf2, m1, m2, m2, m4)
+RVVK_INT4_H(4, m1, m2, m4, m4, m8)
 #undef RVVK_INT4_H
 
 // Rows [0, MR) of a register block times one panel. xh: the rows' fp16 activations
@@ -108,6 +119,30 @@ void w4a16h_block(const Int4Ctx& cx, const std::uint8_t* panel, const _Float16* 
       // Four (kQuads) or two byte rows per step: their byte ops and conversions (one
       // vtype: SEW 8), then the widening FMAs (SEW 16): two vtypes per step.
       if constexpr (kQuads) {
+        // A strip as wide as the panel (vl == nr) has its four byte rows in 4 vl
+        // consecutive bytes: one load and one instruction per step for all four, at four
+        // times the LMUL; when vl also fills the fp16 registers (vlmax, as for the panels
+        // packed for this CPU), byte row j is register group j of the result.
+        if (static_cast<std::int64_t>(vl) == nr && vl == F::vlmax()) {
+          const std::size_t vl4 = 4 * vl;
+          for (; kb + 4 <= ge; kb += 4, w += 4 * nr, xk += 8 * MR) {
+            const typename V::U8x4 b = V::load8x4(w, vl4);
+            const typename V::F16x4 lo = __riscv_vfwcvt_f(__riscv_vand(b, 15, vl4), vl4);
+            const typename V::F16x4 hi = __riscv_vfwcvt_f(__riscv_vsrl(b, 4, vl4), vl4);
+            const typename V::F16 l0 = V::template part<0>(lo), h0 = V::template part<0>(hi);
+            const typename V::F16 l1 = V::template part<1>(lo), h1 = V::template part<1>(hi);
+            const typename V::F16 l2 = V::template part<2>(lo), h2 = V::template part<2>(hi);
+            const typename V::F16 l3 = V::template part<3>(lo), h3 = V::template part<3>(hi);
+            RVVK_ROWS(RVVK_MAC0L)
+            RVVK_ROWS(RVVK_MAC0H)
+            RVVK_ROWS(RVVK_MAC1L)
+            RVVK_ROWS(RVVK_MAC1H)
+            RVVK_ROWS(RVVK_MAC2L)
+            RVVK_ROWS(RVVK_MAC2H)
+            RVVK_ROWS(RVVK_MAC3L)
+            RVVK_ROWS(RVVK_MAC3H)
+          }
+        }
         for (; kb + 4 <= ge; kb += 4, w += 4 * nr, xk += 8 * MR) {
           RVVK_NIBBLES(0, w)
           RVVK_NIBBLES(1, w + nr)
