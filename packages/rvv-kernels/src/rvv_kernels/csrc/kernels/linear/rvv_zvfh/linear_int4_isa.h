@@ -9,8 +9,9 @@
 // the group's x' (rounded once to fp32) and the rows' 2^-e. Per byte row of the panel:
 // one byte vector, its low (vand 15) and high (vsrl 4) nibbles, each widened to fp16 by
 // vfwcvt.f.xu.v (exact: 0..15), then per row vfwmacc.vf x'_k * nibble into the group's
-// fp32 sums S (the products of an 11-bit and a 4-bit significand are exact in fp32).
-// The zero point enters once per group: S starts at -z X_g (vfmul.vf), then y' +=
+// fp32 sums S (the products of an 11-bit and a 4-bit significand are exact in fp32);
+// a strip filling the panel's registers loads and unpacks four byte rows at once (LMUL
+// x 4), the others go byte row by byte row. The zero point enters once per group: S starts at -z X_g (vfmul.vf), then y' +=
 // scale * S (vfmacc.vv) into the rows' scaled sums y' (cx.ybuf); at the end
 // out = y' * 2^-e + bias (one fused rounding).
 //
