@@ -1,13 +1,21 @@
 """Instruction counts of rvv-kernels' benchmark cases under QEMU: RVV versus scalar.
 
 For every case of ``rvvk_bench --list`` and every VLEN, counts the retired instructions
-of one call with the RVV variant and with the portable variant of the same source (built
+of one call with the RVV variant (``rvv``; for the kernels with a Zvfh path of their own,
+``ZVFH_KERNELS``, also ``rvv_zvfh``) and with the portable variant of the same source (built
 with ``-march=rv64gc``, no vector unit, auto-vectorisation off; its count does not depend on
 VLEN, so it is taken once per case): the difference between
 runs doing 2 and 1 calls, so process start-up, set-up and first-call effects cancel out.
 Counting uses Debian's QEMU 7.2 with the project's insncount plugin (exact, repeatable,
 single-threaded). Prints a table and writes ``build/bench/kernels.json``: a list of records
-``{"kernel", "case", "vlen", "insns_rvv", "insns_scalar", "ratio", ...}``. Cases that stream
+``{"kernel", "case", "vlen", "variant", "insns_rvv", "insns_scalar", "ratio", ...}``, one per
+case, VLEN and vector variant (``variant``: ``rvv``, or ``rvv_zvfh`` after the case's ``rvv``
+records; the ``*_rvv`` fields then hold that variant's counts). QEMU 7.2 runs ``rvv_zvfh``
+with ``Zfh=true`` (it has no Zvfh property and allows fp16 vector arithmetic with Zfh) and
+``RVVK_ASSUME_EXTENSIONS=zvfh``: its user mode offers the library neither hwprobe nor a
+``/proc/cpuinfo`` isa line, so without that override ``RVVK_VARIANT=rvv_zvfh`` would be
+refused. ``--quick`` counts ``rvv_zvfh`` for the decode cases only (``_m1_`` in the name).
+Cases that stream
 a weight matrix (linear layers at M = 1; ``rvvk_bench --list`` gives their weight bytes)
 also get ``weight_bytes``, ``insns_per_weight_byte`` (RVV instructions per weight byte:
 what decides whether an in-order core keeps up with its memory) and
@@ -47,14 +55,24 @@ import rvvtools
 from kernels_tests import ROOT, build
 
 DEFAULT_VLENS = (128, 256, 512)
+# Kernels (rvvk_bench --list's second field) with code of their own in the rvv_zvfh variant.
+ZVFH_KERNELS = frozenset({"int4_linear", "fp8_linear"})
 
 
 def count(bench: Path, case: str, reps: int, vlen: int, variant: str) -> dict[str, int]:
     """Instruction counts of one ``rvvk_bench CASE REPS`` run with kernel variant ``variant``."""
+    zvfh = variant == "rvv_zvfh"
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "count"
-        cmd = [*rvvtools.qemu_cmd(vlen, qemu="7", plugin_out=out), str(bench), case, str(reps)]
+        cmd = [
+            *rvvtools.qemu_cmd(vlen, zvfh, qemu="7", plugin_out=out),
+            str(bench),
+            case,
+            str(reps),
+        ]
         env = dict(os.environ, RVVK_VARIANT=variant)
+        if zvfh:
+            env["RVVK_ASSUME_EXTENSIONS"] = "zvfh"
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr}")
@@ -132,7 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     run = rvvtools.run_stamp()
     # The portable variant runs no vector instruction, so its count does not depend on
     # VLEN: it is counted once per case (at the first VLEN) and reused.
-    jobs = [(c, v, "rvv") for c in cases for v in vlens] + [
+    variants = {
+        c: ["rvv"]
+        + (["rvv_zvfh"] if kernels[c] in ZVFH_KERNELS and (not args.quick or "_m1_" in c) else [])
+        for c in cases
+    }
+    jobs = [(c, v, variant) for c in cases for v in vlens for variant in variants[c]] + [
         (c, vlens[0], "portable") for c in cases
     ]
     results: dict[tuple[str, int, str], dict[str, int]] = {}
@@ -144,43 +167,43 @@ def main(argv: list[str] | None = None) -> int:
             progress(done, len(jobs), start)
 
     records = []
-    for case in cases:
-        for vlen in vlens:
-            rvv, scalar = results[(case, vlen, "rvv")], results[(case, vlens[0], "portable")]
-            cycles_rvv = rvvtools.est_cycles(rvv, vlen)
-            cycles_scalar = rvvtools.est_cycles(scalar, vlen)
-            record: dict[str, object] = {
-                "kernel": kernels[case],
-                "case": case,
-                "vlen": vlen,
-                "insns_rvv": rvv["total"],
-                "insns_scalar": scalar["total"],
-                "ratio": round(scalar["total"] / rvv["total"], 2),
-                "rvv_vector_insns": rvv["vector"],
-                "rvv_vsetvl_insns": rvv["vsetvl"],
-                "rvv_scalar_insns": rvv["scalar"],
-                "est_cycles_rvv": round(cycles_rvv),
-                "est_cycles_scalar": round(cycles_scalar),
-                "cycle_ratio": round(cycles_scalar / cycles_rvv, 2),
-                **run,
-            }
-            if weight_bytes[case]:
-                record["weight_bytes"] = weight_bytes[case]
-                record["insns_per_weight_byte"] = round(rvv["total"] / weight_bytes[case], 4)
-                record["est_cycles_per_weight_byte"] = round(cycles_rvv / weight_bytes[case], 4)
-            if kv_bytes[case]:
-                record["kv_bytes"] = kv_bytes[case]
-            if case in baselines:
-                base = results[(baselines[case], vlen, "rvv")]
-                record["baseline_case"] = baselines[case]
-                record["insns_vs_baseline"] = round(rvv["total"] / base["total"], 3)
-                record["est_cycles_vs_baseline"] = round(
-                    cycles_rvv / rvvtools.est_cycles(base, vlen), 3
-                )
-            records.append(record)
+    for case, variant, vlen in [(c, w, v) for c in cases for w in variants[c] for v in vlens]:
+        rvv, scalar = results[(case, vlen, variant)], results[(case, vlens[0], "portable")]
+        cycles_rvv = rvvtools.est_cycles(rvv, vlen)
+        cycles_scalar = rvvtools.est_cycles(scalar, vlen)
+        record: dict[str, object] = {
+            "kernel": kernels[case],
+            "case": case,
+            "vlen": vlen,
+            "variant": variant,
+            "insns_rvv": rvv["total"],
+            "insns_scalar": scalar["total"],
+            "ratio": round(scalar["total"] / rvv["total"], 2),
+            "rvv_vector_insns": rvv["vector"],
+            "rvv_vsetvl_insns": rvv["vsetvl"],
+            "rvv_scalar_insns": rvv["scalar"],
+            "est_cycles_rvv": round(cycles_rvv),
+            "est_cycles_scalar": round(cycles_scalar),
+            "cycle_ratio": round(cycles_scalar / cycles_rvv, 2),
+            **run,
+        }
+        if weight_bytes[case]:
+            record["weight_bytes"] = weight_bytes[case]
+            record["insns_per_weight_byte"] = round(rvv["total"] / weight_bytes[case], 4)
+            record["est_cycles_per_weight_byte"] = round(cycles_rvv / weight_bytes[case], 4)
+        if kv_bytes[case]:
+            record["kv_bytes"] = kv_bytes[case]
+        if case in baselines:
+            base = results[(baselines[case], vlen, "rvv")]  # its rvv counts
+            record["baseline_case"] = baselines[case]
+            record["insns_vs_baseline"] = round(rvv["total"] / base["total"], 3)
+            record["est_cycles_vs_baseline"] = round(
+                cycles_rvv / rvvtools.est_cycles(base, vlen), 3
+            )
+        records.append(record)
     header = (
-        f"{'case':<28} {'VLEN':>5} {'RVV insns':>12} {'scalar insns':>14} {'ratio':>7} "
-        f"{'RVV est cycles':>15} {'cycle ratio':>12} {'insns/weight byte':>17} "
+        f"{'case':<28} {'VLEN':>5} {'variant':<8} {'RVV insns':>12} {'scalar insns':>14} "
+        f"{'ratio':>7} {'RVV est cycles':>15} {'cycle ratio':>12} {'insns/weight byte':>17} "
         f"{'cycles/weight byte':>18}"
     )
     print(header)
@@ -189,8 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         per_byte = r.get("insns_per_weight_byte")
         cyc_byte = r.get("est_cycles_per_weight_byte")
         print(
-            f"{r['case']:<28} {r['vlen']:>5} {r['insns_rvv']:>12,} {r['insns_scalar']:>14,} "
-            f"{r['ratio']:>7.2f} {r['est_cycles_rvv']:>15,} {r['cycle_ratio']:>12.2f} "
+            f"{r['case']:<28} {r['vlen']:>5} {r['variant']:<8} {r['insns_rvv']:>12,} "
+            f"{r['insns_scalar']:>14,} {r['ratio']:>7.2f} {r['est_cycles_rvv']:>15,} "
+            f"{r['cycle_ratio']:>12.2f} "
             f"{'' if per_byte is None else f'{per_byte:.4f}':>17} "
             f"{'' if cyc_byte is None else f'{cyc_byte:.4f}':>18}"
         )

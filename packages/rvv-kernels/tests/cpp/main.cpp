@@ -38,10 +38,17 @@ unsigned variant_vlen(const std::string& variant, const rvvk::CpuInfo& cpu) {
 
 }  // namespace rvvk_test
 
-// Usage: [RVVK_TEST_TIMES=1] [RVVK_TEST_VARIANTS=v1,v2] rvvk_tests [substring-filter]
+// Usage: [RVVK_TEST_TIMES=1] [RVVK_TEST_VARIANTS=v1,v2] rvvk_tests [substring-filter ...]
+// (a test runs if its name contains any of the filters; all tests without one)
 int main(int argc, char** argv) {
   using namespace rvvk_test;
-  const char* filter = argc > 1 ? argv[1] : "";
+  auto selected = [&](const std::string& name) {
+    if (argc < 2) return true;
+    for (int i = 1; i < argc; ++i) {
+      if (std::strstr(name.c_str(), argv[i])) return true;
+    }
+    return false;
+  };
   // RVVK_TEST_TIMES=1: one "time [variant] test: seconds" line per test run.
   const char* times_env = std::getenv("RVVK_TEST_TIMES");
   const bool times = times_env != nullptr && std::strcmp(times_env, "1") == 0;
@@ -90,7 +97,7 @@ int main(int argc, char** argv) {
       continue;
     }
     for (auto& [name, fn] : registry()) {
-      if (!std::strstr(name.c_str(), filter)) continue;
+      if (!selected(name)) continue;
       const unsigned vlen = variant_vlen(variant, cpu);
       Context ctx{variant, vlen};
       const auto start = std::chrono::steady_clock::now();

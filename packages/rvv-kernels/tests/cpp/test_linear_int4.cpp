@@ -5,7 +5,8 @@
 // group sizes 32, 64, 128 and K (and a few odd boundaries: groups of 2 and 34, partial
 // last groups), M in {1, 2, 5, 64, 300} plus every register-block size 1..9 (products
 // capped to bound emulation time), strided rows, foreign panel widths, nibbles, zero
-// points and activations at their extremes.
+// points (0..16) and activations at their extremes, bf16 / fp16 activations from 1e-30 to
+// 1e5 and rows of zeros (W4A16's fp16 kernel with Zvfh).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -174,16 +175,47 @@ void check_w4a8(rvvk_test::Context& ctx, ref::Rng& rng, const Shape& s, DType ou
   }
 }
 
+// Activations of check_w4a16: uniform in [-1, 1]; magnitudes spread over 10^-30..10^5
+// (bf16) or 10^-8..6 10^4 (fp16) in every row; rows alternately tiny (~1e-30, bf16; fp16:
+// its subnormals) and large (~1e5, bf16; fp16: 6e4) with every third row all zero; +-1.
+enum class XMode { kUniform, kWide, kRowScales, kExtreme };
+
+double activation(ref::Rng& rng, XMode mode, DType x_dt, std::int64_t row, std::int64_t i) {
+  const bool f16 = x_dt == DType::kF16;
+  switch (mode) {
+    case XMode::kUniform:
+      return rng.uniform(-1, 1);
+    case XMode::kWide: {
+      const double mag = std::pow(10.0, f16 ? rng.uniform(-8, 4.7) : rng.uniform(-30, 5));
+      return rng.next() % 2 ? mag : -mag;
+    }
+    case XMode::kRowScales:
+      if (row % 3 == 1) return 0.0;
+      return rng.uniform(-1, 1) * (row % 2 ? (f16 ? 6e4 : 1e5) : (f16 ? 3e-5 : 1e-30));
+    case XMode::kExtreme:
+      return i % 3 ? 1.0 : -1.0;
+  }
+  return 0.0;
+}
+
+// W4A16 against a double-precision reference. zero16: zero points 16 and 0 on every fifth
+// group (GPTQ's stored zero + 1 reaches 16).
 void check_w4a16(rvvk_test::Context& ctx, ref::Rng& rng, const Shape& s, DType x_dt, DType out_dt,
-                 DType bias_dt, bool extreme, int case_no) {
+                 DType bias_dt, XMode mode, int case_no, bool zero16 = false) {
   const bool strided = case_no % 3 == 1, with_bias = case_no % 2 == 0;
   const std::int64_t xs = s.k + (strided ? 3 : 0), os = s.n + (strided ? 2 : 0);
   const std::int64_t groups = (s.k + s.group - 1) / s.group;
   ref::Buffer x(x_dt, s.m * xs), b(bias_dt, s.n), o(out_dt, s.m * os);
-  for (std::size_t i = 0; i < x.size(); ++i) x.set(i, extreme ? (i % 3 ? 1.0 : -1.0) : rng.uniform(-1, 1));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    x.set(i, activation(rng, mode, x_dt, static_cast<std::int64_t>(i) / xs, static_cast<std::int64_t>(i)));
+  }
   for (std::size_t j = 0; j < b.size(); ++j) b.set(j, rng.uniform(-1, 1));
   for (std::size_t j = 0; j < o.size(); ++j) o.set(j, -77.0);
-  const Weight w = make_weight(rng, s, extreme, false);
+  Weight w = make_weight(rng, s, mode == XMode::kExtreme, false);
+  if (zero16) {
+    for (std::size_t i = 0; i < w.zeros.size(); i += 5) w.zeros[i] = 16;
+    for (std::size_t i = 1; i < w.zeros.size(); i += 5) w.zeros[i] = 0;
+  }
   Packed p = pack(w.q, s.n, s.k, s.group, foreign_panel(case_no, ctx.vlen_bits));
   rvvk::Int4LinearArgs args = base_args(s, p, w, b, with_bias, o, os);
   args.x_dtype = x_dt;
@@ -192,29 +224,54 @@ void check_w4a16(rvvk_test::Context& ctx, ref::Rng& rng, const Shape& s, DType x
   run(args, p);
   int bad = 0;
   for (std::int64_t r = 0; r < s.m; ++r) {
+    double amax = 0;
+    for (std::int64_t k = 0; k < s.k; ++k) amax = std::max(amax, std::fabs(x.get(r * xs + k)));
     for (std::int64_t j = 0; j < s.n; ++j) {
-      double want = with_bias ? b.get(j) : 0.0, mag = std::fabs(want);
+      double want = with_bias ? b.get(j) : 0.0, mag = std::fabs(want), hmag = mag, dmag = 0;
       for (std::int64_t g = 0; g < groups; ++g) {
-        double sum = 0, gmag = 0;
+        double sum = 0, gmag = 0, ghmag = 0, gdmag = 0;
         const double z = w.zeros[g * s.n + j], sc = w.scales[g * s.n + j];
         for (std::int64_t k = g * s.group; k < std::min(s.k, (g + 1) * s.group); ++k) {
-          const double t = x.get(r * xs + k) * (w.q[j * s.k + k] - z);
-          sum += t;
-          gmag += std::fabs(t);
+          const double xv = x.get(r * xs + k), q = w.q[j * s.k + k];
+          sum += xv * (q - z);
+          gmag += std::fabs(xv * (q - z));
+          ghmag += std::fabs(xv) * (q + z);
+          gdmag += std::fabs(q - z);
         }
         want += sc * sum;
         mag += sc * gmag;
+        hmag += sc * ghmag;
+        dmag += sc * gdmag;
       }
-      // fp32: a group's sum rounds at each of its <= group_size steps, then one scale
-      // product and one add per group (errors <= (group_size + groups + 2) u of the running
-      // magnitudes), then one rounding to the output dtype.
-      const double tol = (std::min(s.group, s.k) + groups + 2) * 0x1p-24 * mag + ref::ulp(out_dt, want);
+      const double steps = static_cast<double>(std::min(s.group, s.k) + groups);
+      double tol;
+      if (x_dt == DType::kF32) {
+        // fp32 activations (the fp32 kernel on every variant): a group's sum rounds at each
+        // of its <= group_size steps, then one scale product and one add per group (errors
+        // <= (group_size + groups + 2) u of the running magnitudes, u = 2^-24), then one
+        // rounding to the output dtype.
+        tol = (steps + 2) * 0x1p-24 * mag;
+      } else {
+        // bf16 / fp16 activations: with Zvfh (linear_int4.cpp's w4a16_half) each row is
+        // x' = fp16(x 2^e) with max|x'| in [2^14, 2^15) (2^e <= 2^126), so each x' is off
+        // by <= 2^-25 (in x' units; 0 for bf16 down to max|x| 2^-31): in x units
+        // 2^-25 2^-e <= 2^-25 max(max|x| 2^-14, 2^-126), times sum_g scale |q - z|. The
+        // products x' q are exact; S_g = sum x' q rounds at each of its <= group_size
+        // steps (<= group_size u sum |x'| q), X_g once (z u sum |x'|), S_g - z X_g once,
+        // scale * that added once per group, y' 2^-e + bias once: <= (group_size +
+        // groups + 3) u (|bias| + sum_g scale sum_k |x_k| (q_k + z_g)), plus 2^-149 for
+        // an fp32 subnormal result, then the output rounding. The fp32 kernel (the other
+        // variants) stays within this bound, as |q - z| <= q + z.
+        const double step = std::max(amax * 0x1p-14, 0x1p-126);
+        tol = (steps + 3) * 0x1p-24 * hmag + 0x1p-25 * step * dmag + 0x1p-149;
+      }
+      tol += ref::ulp(out_dt, want);
       const double got = o.get(r * os + j);
       if (!(std::fabs(got - want) <= tol) && bad++ < 3) {
-        CHECK_MSG(false, "w4a16 x=%s out=%s bias=%s m=%lld k=%lld n=%lld g=%lld panel=%lld [%lld,%lld]: got %.9g want %.9g",
-                  ref::name(x_dt), ref::name(out_dt), ref::name(bias_dt), (long long)s.m,
-                  (long long)s.k, (long long)s.n, (long long)s.group, (long long)p.header.panel,
-                  (long long)r, (long long)j, got, want);
+        CHECK_MSG(false, "w4a16 x=%s out=%s bias=%s mode=%d z16=%d m=%lld k=%lld n=%lld g=%lld panel=%lld [%lld,%lld]: got %.9g want %.9g tol %.3g",
+                  ref::name(x_dt), ref::name(out_dt), ref::name(bias_dt), static_cast<int>(mode),
+                  zero16, (long long)s.m, (long long)s.k, (long long)s.n, (long long)s.group,
+                  (long long)p.header.panel, (long long)r, (long long)j, got, want, tol);
       }
     }
     for (std::int64_t j = s.n; j < os; ++j)
@@ -295,10 +352,33 @@ RVVK_TEST(int4_w4a16_matches_reference) {
   const DType dts[] = {DType::kF32, DType::kBF16, DType::kF16};
   for (const Shape& s : shapes(3e5)) {
     const DType x = dts[case_no % 3], out = dts[(case_no / 3) % 3], bias = dts[(case_no / 9) % 3];
-    check_w4a16(ctx, rng, s, x, out, bias, false, case_no++);
+    check_w4a16(ctx, rng, s, x, out, bias, XMode::kUniform, case_no++);
   }
   for (const Shape& s : {Shape{1, 1536, 37, 128}, Shape{6, 255, 21, 255}, Shape{2, 8960, 9, 8960}}) {
-    check_w4a16(ctx, rng, s, DType::kF32, DType::kF32, DType::kF32, true, case_no++);
+    check_w4a16(ctx, rng, s, DType::kF32, DType::kF32, DType::kF32, XMode::kExtreme, case_no++);
+  }
+}
+
+// bf16 / fp16 activations (the fp16-multiply kernel with Zvfh, the fp32 one elsewhere):
+// the shape matrix with activations over wide ranges and zero rows, zero points 0 and 16.
+RVVK_TEST(int4_w4a16_half_activations) {
+  ref::Rng rng(67);
+  int case_no = 0;
+  const XMode modes[] = {XMode::kWide, XMode::kRowScales, XMode::kUniform};
+  for (const Shape& s : shapes(2e5)) {
+    const DType x = case_no % 2 ? DType::kF16 : DType::kBF16;
+    const XMode mode = modes[case_no % 3];
+    // Large activations overflow an fp16 output: fp32 or bf16 there.
+    const DType out = mode == XMode::kUniform && case_no % 4 == 1 ? DType::kF16
+                      : case_no % 4 == 2                           ? DType::kBF16
+                                                                   : DType::kF32;
+    check_w4a16(ctx, rng, s, x, out, DType::kF32, mode, case_no, case_no % 2 == 0);
+    ++case_no;
+  }
+  for (const Shape& s : {Shape{1, 1536, 37, 128}, Shape{6, 255, 21, 255}, Shape{2, 8960, 9, 8960}}) {
+    for (DType x : {DType::kBF16, DType::kF16}) {
+      check_w4a16(ctx, rng, s, x, DType::kF32, DType::kF32, XMode::kExtreme, case_no++, true);
+    }
   }
 }
 
@@ -318,6 +398,11 @@ RVVK_TEST(int4_linear_m0_is_noop) {
   run(a, p);
   a.a = nullptr;
   a.x = sa.data();
+  run(a, p);
+  const std::uint16_t bf16_one = 0x3f80;
+  std::vector<std::uint16_t> xh(16, bf16_one);
+  a.x_dtype = DType::kBF16;
+  a.x = xh.data();
   run(a, p);
   for (std::size_t j = 0; j < o.size(); ++j) CHECK_MSG(o.get(j) == -77.0, "m = 0 wrote output");
 }

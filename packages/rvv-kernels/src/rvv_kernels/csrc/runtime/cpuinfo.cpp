@@ -2,6 +2,7 @@
 // it runs (and answers "no") on any riscv64 CPU, and without AVX-512 on x86-64.
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -90,6 +91,18 @@ CpuInfo detect() {
     info.source = "cpuinfo";
   }
   info.zvfbfmin = isa_has(isa, "zvfbfmin");
+  // RVVK_ASSUME_EXTENSIONS=zvfh[,zvfhmin]: a measurement aid for emulators whose user
+  // mode offers neither hwprobe nor /proc/cpuinfo's isa line (QEMU 7.2, which the
+  // instruction counts use): the listed extensions are taken as present, with V only.
+  // On a CPU without them the process dies of SIGILL in the first such kernel.
+  if (const char* assume = std::getenv("RVVK_ASSUME_EXTENSIONS"); assume && info.has_v) {
+    const std::string list = std::string("_") + assume;
+    std::string names;
+    for (char ch : list) names += ch == ',' ? '_' : ch;
+    if (isa_has(names, "zvfh")) info.zvfh = info.zvfhmin = true;
+    if (isa_has(names, "zvfhmin")) info.zvfhmin = true;
+    if (info.zvfh || info.zvfhmin) info.source = "assumed";
+  }
   if (!info.has_v) info.zvfh = info.zvfhmin = info.zvfbfmin = false;
   return info;
 }

@@ -312,7 +312,7 @@ struct CpuInfo {
   bool amx_bf16 = false;     // x86-64: AMX tiles with bf16 dot products and AVX512-BF16
                              // usable (CPU, OS, and this process allowed the tile data)
   const char* source = "";   // where the extension bits came from: "hwprobe", "cpuinfo",
-                             // "cpuid" (x86-64), "none"
+                             // "cpuid" (x86-64), "none", "assumed" (RVVK_ASSUME_EXTENSIONS)
 };
 CpuInfo cpu_info();
 

@@ -12,8 +12,10 @@
 // W4A8 keeps the nibbles unsigned: sum_k a_k (q_k - z) = sum_k a_k q_k - z S_g, all exact
 // in int32; per group, in fp32, y += (float(acc) * a_scale) * scale, starting from the
 // bias (Int4LinearArgs' order). W4A16 dequantises (q - z) in registers, sums
-// x_k (q_k - z) in fp32 per group, then y += scale * sum.
+// x_k (q_k - z) in fp32 per group, then y += scale * sum; with Zvfh (the rvv_zvfh
+// variant) bf16 / fp16 activations take an fp16-multiply kernel instead (w4a16_half).
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -59,6 +61,61 @@ const std::uint8_t* int4_panel(const PackedInt4Header& h, std::int64_t p) {
   return reinterpret_cast<const std::uint8_t*>(&h) + kPackedWeightHeaderBytes +
          p * (h.k_padded / 2) * h.panel;
 }
+
+#if defined(RVVK_INT4_W4A16_HALF)
+// W4A16 with bf16 / fp16 activations on the fp16 kernel (rvv_zvfh/linear_int4_isa.h):
+// each row as fp16 x' = x * 2^e, e chosen per row so that max|x'| lies in [2^14, 2^15)
+// (e = 0 for a row of zeros; at most 126, so that 2^-e is a normal fp32): bf16's 8
+// significant bits then fit fp16's down to max|x| * 2^-31, where fp16 turns subnormal,
+// and smaller values round to fp16's 2^-24 step (error <= 2^-25 in x' units). Per row
+// and group, X_g = sum of the group's x' (in double, rounded once to fp32) for the zero
+// points' term, and 2^-e to undo the scaling at the end.
+template <class OutT>
+void w4a16_half(const Int4LinearArgs& a, const PackedInt4Header& h, const Int4Ctx& cx,
+                std::int64_t group, std::int64_t pb, std::int64_t pe) {
+  const std::int64_t kp = h.k_padded;
+  std::vector<float> row(static_cast<std::size_t>(h.k));
+  std::vector<_Float16> xh(static_cast<std::size_t>(a.m * kp), static_cast<_Float16>(0.0f));
+  std::vector<float> xsum(static_cast<std::size_t>(a.m * cx.groups));
+  std::vector<float> unscale(static_cast<std::size_t>(a.m));
+  row_blocks(a.m, kInt4BlockRows, [&](std::int64_t r, int mr) {
+    for (int i = 0; i < mr; ++i) {
+      to_f32(a.x_dtype,
+             static_cast<const unsigned char*>(a.x) +
+                 (r + i) * a.x_stride * packed_element_bytes(a.x_dtype),
+             row.data(), h.k);
+      float amax = 0.0f;
+      for (float v : row) amax = std::max(amax, std::fabs(v));
+      int e = 0;
+      if (amax > 0.0f) {
+        int ex = 0;
+        std::frexp(amax, &ex);  // amax in [2^(ex - 1), 2^ex)
+        e = std::min(15 - ex, 126);
+      }
+      const float up = std::ldexp(1.0f, e);
+      unscale[static_cast<std::size_t>(r + i)] = std::ldexp(1.0f, -e);
+      _Float16* blk = xh.data() + r * kp;
+      for (std::int64_t k = 0; k < h.k; ++k) {
+        blk[k * mr + i] = static_cast<_Float16>(row[static_cast<std::size_t>(k)] * up);
+      }
+      for (std::int64_t g = 0; g < cx.groups; ++g) {
+        double s = 0.0;
+        const std::int64_t ke = std::min(h.k, 2 * cx.group_end(g));
+        for (std::int64_t k = 2 * cx.group_begin(g); k < ke; ++k) {
+          s += static_cast<double>(blk[k * mr + i]);
+        }
+        xsum[static_cast<std::size_t>((r + i) * cx.groups + g)] = static_cast<float>(s);
+      }
+    }
+  });
+  OutT* out = static_cast<OutT*>(a.out);
+  for_each_block(group, a.m, kInt4BlockRows, pb, pe, [&](std::int64_t r, int mr, std::int64_t p) {
+    int4isa::w4a16h_rows<OutT>(mr, cx, int4_panel(h, p), xh.data() + r * kp,
+                               xsum.data() + r * cx.groups, unscale.data() + r, p * h.panel,
+                               out + r * a.out_stride, a.out_stride);
+  });
+}
+#endif
 
 template <class OutT>
 void int4_impl(const Int4LinearArgs& a, const PackedInt4Header& h, std::int64_t pb,
@@ -110,6 +167,12 @@ void int4_impl(const Int4LinearArgs& a, const PackedInt4Header& h, std::int64_t 
                                out + r * a.out_stride, a.out_stride);
     });
   } else {
+#if defined(RVVK_INT4_W4A16_HALF)
+    if (a.x_dtype != DType::kF32) {
+      w4a16_half<OutT>(a, h, cx, group, pb, pe);
+      return;
+    }
+#endif
     // W4A16: the rows in fp32 (scalar FMA operands).
     std::vector<float> row(static_cast<std::size_t>(h.k));
     std::vector<float> xs(static_cast<std::size_t>(a.m * kp), 0.0f);
