@@ -45,7 +45,10 @@ def kernels_records() -> list[dict[str, Any]]:
                     **STAMP,
                 }
             )
-    # An older record: no cycle estimates.
+    # The Zvfh variant of one case (bench_kernels counts it for kernels with a Zvfh path).
+    zvfh: dict[str, Any] = {"variant": "rvv_zvfh", "insns_rvv": 2_000_000, "ratio": 100.0}
+    out.append({**out[1], **zvfh, "est_cycles_rvv": 5_000_000, "cycle_ratio": 20.0})
+    # An older record: no cycle estimates, no variant (rvv).
     out.append(
         {"case": "rope_old", "vlen": 256, "insns_rvv": 10, "insns_scalar": 300, "ratio": 30.0}
     )
@@ -276,8 +279,11 @@ def test_renders_every_section_from_records(tmp_path: Path) -> None:
     assert "[performance-log.md](performance-log.md)" in text
     assert text.endswith(bench_report.PROXIES.rstrip() + "\n")
     # Section 1: every record, the older one without cycles.
-    assert "| decode_bf16_demo | 256 | 3,125,000 | 200,000,000 | 64.0 | 6,250,000 | 16.0 |" in text
-    assert "| rope_old | 256 | 10 | 300 | 30.0 | - | - |" in text
+    row = "| decode_bf16_demo | rvv | 256 | 3,125,000 | 200,000,000 | 64.0 | 6,250,000 | 16.0 |"
+    zvfh = "| decode_bf16_demo | rvv_zvfh | 256 | 2,000,000 | 200,000,000 | 100.0 | 5,000,000 "
+    zvfh += "| 20.0 |"
+    assert row in text and zvfh in text and text.index(row) < text.index(zvfh)
+    assert "| rope_old | rvv | 256 | 10 | 300 | 30.0 | - | - |" in text
     assert "Run 2030-01-02T03:04:05+00:00, checkout `abc1234`." in text
     # Section 2: the ratio columns and where the tokens first differ.
     assert "| rvv | 256 | 20,000,000 | 70,000,000 | 150.00 | 21.50 | 4/6, first" in text
