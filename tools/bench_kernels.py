@@ -57,9 +57,9 @@ from kernels_tests import ROOT, build
 
 DEFAULT_VLENS = (128, 256, 512)
 # Kernels (rvvk_bench --list's second field) with code of their own in the rvv_zvfh variant.
+ZVFH_KERNELS = frozenset({"int4_linear", "fp8_linear"})
 # Kernels whose --quick run counts only the decode (``_m1_``) cases.
 QUICK_DECODE_ONLY = frozenset({"int4_linear", "fp8_linear"})
-ZVFH_KERNELS = frozenset({"int4_linear", "fp8_linear"})
 
 
 def count(bench: Path, case: str, reps: int, vlen: int, variant: str) -> dict[str, int]:
