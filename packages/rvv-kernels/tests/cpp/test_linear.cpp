@@ -2,7 +2,8 @@
 // per-row int8 quantisation against SGLang's definition, and the W8A8 GEMM against an
 // exact int64 reference. Shapes: K and N in {1, 7, 16, 17, 255, 1536, 8960} (the
 // largest products subsampled to bound emulation time), M in {1, 2, 5, 64, 300} plus
-// every register-block size 1..9, strided rows, odd K, foreign panel widths.
+// every register-block size 1..9, strided rows, odd K, foreign panel widths, and the
+// M = 1 bf16 K loop's word counts left after its 4-word steps.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -32,6 +33,8 @@ std::vector<Shape> shapes(double budget) {
       for (std::int64_t m : kRows)
         if (static_cast<double>(m) * k * n <= budget) out.push_back({m, k, n});
   for (std::int64_t m : {3, 4, 6, 7, 8, 9, 13}) out.push_back({m, 33, 70});  // every block
+  // M = 1's bf16 K loop takes 4 words (8 k's) per step: 1, 2 and 3 words left over.
+  for (std::int64_t k : {5, 12, 13}) out.push_back({1, k, 70});
   out.push_back({1, 1536, 8960});
   out.push_back({1, 8960, 1536});
   return out;

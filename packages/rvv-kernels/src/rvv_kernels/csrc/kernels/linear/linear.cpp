@@ -36,15 +36,24 @@ const unsigned char* panel_data(const PackedWeightHeader& h, std::int64_t p) {
 // ---------------------------------------------------------------------------
 // Float GEMM micro-kernel: rows [0, MR) of xs (fp32, row stride xs_stride, k_padded
 // columns, zero past k) times one panel, written to out columns [n0, min(n0 + panel, n)).
+// Each output is one fp32 FMA chain over k = 0, 1, ... in order.
+// Out of line: inlined into for_each_block's lambda, clang-16 runs short of registers
+// and recomputes loop invariants inside the K loop.
 template <int L, int MR, class WT, class OutT>
-void float_block(const PackedWeightHeader& h, const unsigned char* panel, const float* xs,
-                 std::int64_t xs_stride, std::int64_t n0, const float* bias, OutT* out,
-                 std::int64_t out_stride) {
+__attribute__((noinline)) void float_block(const PackedWeightHeader& h,
+                                           const unsigned char* panel, const float* xs,
+                                           std::int64_t xs_stride, std::int64_t n0,
+                                           const float* bias, OutT* out,
+                                           std::int64_t out_stride) {
   using F = vec::F32<L>;
   const std::int64_t nr = h.panel;
   const std::int64_t cols_left = std::min(nr, h.n - n0);
   for (std::int64_t c = 0; c < cols_left;) {
-    const std::size_t vl = F::setvl(static_cast<std::size_t>(nr - c));
+    // A strip of min(columns left, VLMAX) channels: a length setvl may return, taken as
+    // a plain min so that the strip's vector instructions read it from a register. With
+    // setvl's result clang-16 starts the K loop in a different vector state (setvl's
+    // mask-undisturbed policy) than the loop ends in, and re-issues a vsetvli every step.
+    const std::size_t vl = std::min(static_cast<std::size_t>(nr - c), F::vlmax());
 #define RVVK_DECL(i)                                     \
   typename F::V acc##i = F::splat(0.0f, vl);             \
   const float* x##i = xs + (MR > i ? i : 0) * xs_stride; \
@@ -53,19 +62,38 @@ void float_block(const PackedWeightHeader& h, const unsigned char* panel, const 
 #undef RVVK_DECL
     if constexpr (std::is_same_v<WT, bf16>) {
       const std::uint32_t* w = reinterpret_cast<const std::uint32_t*>(panel) + c;
-      for (std::int64_t k = 0; k < h.k_padded; k += 2, w += nr) {
-        const typename F::U u = F::load_u32(w, vl);
-        const typename F::V lo = F::bf16_low(u, vl);
+      // One word: W[., k] in its low half, W[., k + 1] in its high half; xk is k's offset
+      // from the x row pointers.
+#define RVVK_WORD(wp, xk)                                        \
+  {                                                              \
+    const std::int64_t xo = (xk);                                \
+    const typename F::U u = F::load_u32(wp, vl);                 \
+    const typename F::V lo = F::bf16_low(u, vl);                 \
+    RVVK_ROWS(RVVK_LO)                                           \
+    const typename F::V hi = F::bf16_high(u, vl);                \
+    RVVK_ROWS(RVVK_HI)                                           \
+  }
 #define RVVK_LO(i) \
-  if constexpr (MR > i) acc##i = F::fmacc(acc##i, x##i[k], lo, vl);
-        RVVK_ROWS(RVVK_LO)
-#undef RVVK_LO
-        const typename F::V hi = F::bf16_high(u, vl);
+  if constexpr (MR > i) acc##i = F::fmacc(acc##i, x##i[xo], lo, vl);
 #define RVVK_HI(i) \
-  if constexpr (MR > i) acc##i = F::fmacc(acc##i, x##i[k + 1], hi, vl);
-        RVVK_ROWS(RVVK_HI)
-#undef RVVK_HI
+  if constexpr (MR > i) acc##i = F::fmacc(acc##i, x##i[xo + 1], hi, vl);
+#define RVVK_NEXT(i) \
+  if constexpr (MR > i) x##i += 2 * kWords;
+      // kWords words (2 kWords k's) per step share the step's pointer updates and branch
+      // (fewer with more rows, whose accumulators take the registers), then the words left.
+      constexpr std::int64_t kWords = MR == 1 ? 4 : 2;
+      const std::int64_t words = h.k_padded / 2;
+      const std::uint32_t* const w_steps_end = w + words / kWords * kWords * nr;
+      for (; w != w_steps_end; w += kWords * nr) {
+#pragma GCC unroll 4
+        for (std::int64_t j = 0; j < kWords; ++j) RVVK_WORD(w + j * nr, 2 * j)
+        RVVK_ROWS(RVVK_NEXT)
       }
+      for (std::int64_t j = 0; j < words % kWords; ++j) RVVK_WORD(w + j * nr, 2 * j)
+#undef RVVK_NEXT
+#undef RVVK_HI
+#undef RVVK_LO
+#undef RVVK_WORD
     } else {
       const WT* w = reinterpret_cast<const WT*>(panel) + c;
       for (std::int64_t k = 0; k < h.k; ++k, w += nr) {
