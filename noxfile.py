@@ -319,7 +319,7 @@ def bench_peers(session: nox.Session) -> None:
     K1 time model (tools/k1_model.py) over both.
 
     Writes build/bench/peers.json, e2e_riscv_projection.json, e2e_riscv_vlens.json (our
-    decode step at VLEN 128 and 512) and k1_model.json (~40 min).
+    decode step at VLEN 128 and 512) and k1_model.json (~45 min).
     ``nox -s bench-peers -- --quick``: a tiny shape at VLEN 256 and the model's arithmetic on
     it (a harness smoke check; *_quick.json, which bench-report does not read).
     """
