@@ -17,23 +17,44 @@ namespace {
 
 constexpr const char* kOp = "rotary_embedding_cpu";
 
-// query or key: [tokens, heads * head_size] or [tokens, heads, head_size].
+// query or key: [tokens, heads * head_size], [tokens, heads, head_size], or (as sgl-kernel's
+// CPU op takes them) [batch, seq, heads, head_size] with positions holding batch * seq
+// positions in row-major (batch, seq) order.
 void check_heads_shape(const char* arg, const at::Tensor& t, const c10::SymInt& tokens,
                        std::int64_t head_size) {
-  TORCH_CHECK_VALUE(t.dim() == 2 || t.dim() == 3, kOp, ": ", arg, " (", describe(t),
-                    ") is ", t.dim(), "-d; expected [tokens, heads * head_size] or "
-                    "[tokens, heads, head_size]");
-  TORCH_CHECK_VALUE(t.sym_size(0) == tokens, kOp, ": ", arg, " (", describe(t), ") has ",
-                    t.sym_size(0), " tokens; expected positions.numel() = ", tokens);
+  TORCH_CHECK_VALUE(t.dim() >= 2 && t.dim() <= 4, kOp, ": ", arg, " (", describe(t), ") is ",
+                    t.dim(), "-d; expected [tokens, heads * head_size], "
+                    "[tokens, heads, head_size] or [batch, seq, heads, head_size]");
+  if (t.dim() == 4) {
+    TORCH_CHECK_VALUE(t.sym_size(0) * t.sym_size(1) == tokens, kOp, ": ", arg, " (",
+                      describe(t), ") has batch * seq = ", t.sym_size(0) * t.sym_size(1),
+                      " tokens; expected positions.numel() = ", tokens);
+  } else {
+    TORCH_CHECK_VALUE(t.sym_size(0) == tokens, kOp, ": ", arg, " (", describe(t), ") has ",
+                      t.sym_size(0), " tokens; expected positions.numel() = ", tokens);
+  }
   if (t.dim() == 2) {
     TORCH_CHECK_VALUE(t.sym_size(1) % head_size == 0, kOp, ": ", arg, " (", describe(t),
                       ") has a last dimension of ", t.sym_size(1),
                       ", not a multiple of head_size = ", head_size);
   } else {
-    TORCH_CHECK_VALUE(t.sym_size(2) == head_size, kOp, ": ", arg, " (", describe(t),
-                      ") has heads of size ", t.sym_size(2), "; expected head_size = ",
+    TORCH_CHECK_VALUE(t.sym_size(-1) == head_size, kOp, ": ", arg, " (", describe(t),
+                      ") has heads of size ", t.sym_size(-1), "; expected head_size = ",
                       head_size);
   }
+}
+
+// A 4-D query must come with a 4-D key of the same [batch, seq] (sgl-kernel reads both
+// tensors' layout from query's rank), and a 4-D key with a 4-D query.
+void check_batch_seq(const at::Tensor& query, const at::Tensor& key) {
+  if (query.dim() != 4 && key.dim() != 4) return;
+  TORCH_CHECK_VALUE(query.dim() == 4 && key.dim() == 4, kOp, ": query (", describe(query),
+                    ") and key (", describe(key), ") are ", query.dim(), "-d and ", key.dim(),
+                    "-d; expected both [batch, seq, heads, head_size] when either is 4-d");
+  TORCH_CHECK_VALUE(query.sym_size(0) == key.sym_size(0) && query.sym_size(1) == key.sym_size(1),
+                    kOp, ": key (", describe(key), ") has [batch, seq] = [", key.sym_size(0),
+                    ", ", key.sym_size(1), "]; expected query's [", query.sym_size(0), ", ",
+                    query.sym_size(1), "]");
 }
 
 // The checks shared with the Meta kernel (common.h).
@@ -65,6 +86,7 @@ rvvk::DType check_args(const at::Tensor& positions, const at::Tensor& query,
                     "] (cos half, then sin half)");
   check_heads_shape("query", query, positions.sym_numel(), head_size);
   check_heads_shape("key", key, positions.sym_numel(), head_size);
+  check_batch_seq(query, key);
   return dtype;
 }
 
@@ -73,10 +95,15 @@ struct HeadsView {
   std::int64_t heads = 0, stride_t = 0, stride_h = 0;
 };
 
-HeadsView heads_view(const char* arg, const at::Tensor& t, std::int64_t head_size) {
+void check_last_dim_contiguous(const char* arg, const at::Tensor& t) {
   TORCH_CHECK_VALUE(t.size(-1) <= 1 || t.stride(-1) == 1, kOp, ": ", arg, " (", describe(t),
                     ") has a last-dimension stride of ", t.stride(-1),
                     "; expected 1 (call .contiguous() first)");
+}
+
+// t: 2-D or 3-D (a 4-D query or key is flattened to 3-D first).
+HeadsView heads_view(const at::Tensor& t, std::int64_t head_size) {
+  TORCH_INTERNAL_ASSERT(t.dim() == 2 || t.dim() == 3);
   HeadsView v;
   v.stride_t = t.stride(0);
   v.heads = t.dim() == 2 ? t.size(1) / head_size : t.size(1);
@@ -108,8 +135,14 @@ std::tuple<at::Tensor, at::Tensor> rotary_embedding_cpu(bool meta, const at::Ten
                     cos_sin_cache.stride(1), "; expected 1 (call .contiguous() first)");
   const std::int64_t rotary_dim = cos_sin_cache.size(1);
   const std::int64_t tokens = positions.numel();
-  const HeadsView q = heads_view("query", query, head_size);
-  const HeadsView k = heads_view("key", key, head_size);
+  // [batch, seq, heads, head_size] is read as [batch * seq, heads, head_size]: a view when
+  // batch and seq collapse into one token stride, else a copy (the op is out-of-place).
+  check_last_dim_contiguous("query", query);
+  check_last_dim_contiguous("key", key);
+  const at::Tensor q_in = query.dim() == 4 ? query.flatten(0, 1) : query;
+  const at::Tensor k_in = key.dim() == 4 ? key.flatten(0, 1) : key;
+  const HeadsView q = heads_view(q_in, head_size);
+  const HeadsView k = heads_view(k_in, head_size);
 
   const at::Tensor pos = positions.to(at::kLong).contiguous();
   const std::int64_t* p = pos.data_ptr<std::int64_t>();
@@ -145,8 +178,8 @@ std::tuple<at::Tensor, at::Tensor> rotary_embedding_cpu(bool meta, const at::Ten
     a.out_stride_h = head_size;
     return a;
   };
-  const rvvk::RotaryArgs qa = args_for(q, query, query_out);
-  const rvvk::RotaryArgs ka = args_for(k, key, key_out);
+  const rvvk::RotaryArgs qa = args_for(q, q_in, query_out);
+  const rvvk::RotaryArgs ka = args_for(k, k_in, key_out);
 
   // One token of a small model is ~2K elements: threads only pay off for many tokens.
   constexpr std::int64_t kMinElementsPerTask = 32768;

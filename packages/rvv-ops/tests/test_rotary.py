@@ -1,6 +1,6 @@
 """rotary_embedding_cpu: a torch fp32 reference (SGLang's forward_native formula), neox and
-GPT-J layouts, partial rotary dimensions, 2-D and 3-D query/key with different head counts,
-strided inputs, position dtypes, opcheck and bad inputs."""
+GPT-J layouts, partial rotary dimensions, 2-D, 3-D and 4-D query/key with different head
+counts, strided inputs, position dtypes, opcheck and bad inputs."""
 
 from __future__ import annotations
 
@@ -145,6 +145,41 @@ def test_tokens_and_threads(dtype: torch.dtype) -> None:
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_4d_batch_seq(dtype: torch.dtype, neox: bool) -> None:
+    # sgl-kernel's rope.cpp takes [batch, seq, heads, head_size] too, positions flattened in
+    # (batch, seq) order: the result equals the 3-D call on [batch * seq, heads, head_size].
+    batch, seq = 2, 3
+    pos = positions(batch * seq, 11)
+    cache = cos_sin_cache(32, dtype)  # partial rotary: head 64, rotary 32
+    q = randn(batch, seq, 4, 64, dtype=dtype, seed=12)
+    k = randn(batch, seq, 2, 64, dtype=dtype, seed=13)
+    q_before, k_before = q.clone(), k.clone()
+    q_out, k_out = rvv_ops.rotary_embedding(pos, q, k, 64, cache, neox)
+    q3, k3 = rvv_ops.rotary_embedding(pos, q.flatten(0, 1), k.flatten(0, 1), 64, cache, neox)
+    assert q_out.shape == q.shape and k_out.shape == k.shape
+    assert torch.equal(q_out.flatten(0, 1), q3) and torch.equal(k_out.flatten(0, 1), k3)
+    rtol, atol = TOLERANCES[dtype]
+    for out, x in ((q_out, q), (k_out, k)):
+        ref = reference_rope(pos, x.flatten(0, 1), 64, cache, neox).reshape(x.shape)
+        torch.testing.assert_close(out, ref, rtol=rtol, atol=atol)
+    assert torch.equal(q, q_before) and torch.equal(k, k_before)
+    # batch and seq that do not collapse into one token stride (a seq-major tensor
+    # transposed to [batch, seq, ...]), and 0 tokens
+    qt = randn(seq, batch, 4, 64, dtype=dtype, seed=14).transpose(0, 1)
+    kt = randn(seq, batch, 2, 64, dtype=dtype, seed=15).transpose(0, 1)
+    q_out, k_out = rvv_ops.rotary_embedding(pos, qt, kt, 64, cache, neox)
+    q3, k3 = rvv_ops.rotary_embedding(
+        pos, qt.reshape(batch * seq, 4, 64), kt.reshape(batch * seq, 2, 64), 64, cache, neox
+    )
+    assert torch.equal(q_out.flatten(0, 1), q3) and torch.equal(k_out.flatten(0, 1), k3)
+    q_out, k_out = ROPE(
+        positions(0, 0), Z(2, 0, 4, 64, dtype=dtype), Z(2, 0, 1, 64, dtype=dtype), 64, cache, neox
+    )
+    assert q_out.shape == (2, 0, 4, 64) and k_out.shape == (2, 0, 1, 64)
+
+
 def test_sglang_call_style() -> None:
     # rotary_embedding/base.py: return torch.ops.sgl_kernel.rotary_embedding_cpu(positions,
     # query, key, self.head_size, self.cos_sin_cache, self.is_neox_style), the cache
@@ -208,6 +243,32 @@ BAD: dict[str, Bad] = {
     "key not whole heads": rope(
         ValueError, ("key", "48", "multiple of head_size = 32"), k=Z(3, 48)
     ),
+    "query 5-D": rope(
+        ValueError, ("query", "5-d", "[batch, seq, heads, head_size]"), q=Z(3, 1, 1, 2, 32)
+    ),
+    "query 4-D tokens": rope(
+        ValueError,
+        ("query", "batch * seq = 4", "positions.numel() = 3"),
+        q=Z(2, 2, 2, 32),
+        k=Z(2, 2, 1, 32),
+    ),
+    "query 4-D head size": rope(
+        ValueError,
+        ("query", "heads of size 16", "head_size = 32"),
+        q=Z(1, 3, 2, 16),
+        k=Z(1, 3, 1, 32),
+    ),
+    "query 4-D, key 2-D": rope(
+        ValueError,
+        ("query", "4-d and 2-d", "both [batch, seq, heads, head_size]"),
+        q=Z(1, 3, 2, 32),
+    ),
+    "key 4-D batch": rope(
+        ValueError,
+        ("key", "[batch, seq] = [3, 1]", "query's [1, 3]"),
+        q=Z(1, 3, 2, 32),
+        k=Z(3, 1, 1, 32),
+    ),
     "query 3-D head size": rope(
         ValueError, ("query", "heads of size 16", "head_size = 32"), q=Z(3, 2, 16)
     ),
@@ -251,6 +312,14 @@ OPCHECK: dict[str, tuple[Any, ...]] = {
         64,
         cos_sin_cache(32, torch.float16),
         False,
+    ),
+    "bf16 4-D [batch, seq, heads, head] partial": (
+        positions(6, 4),
+        randn(2, 3, 4, 64, dtype=torch.bfloat16, seed=7),
+        randn(2, 3, 1, 64, dtype=torch.bfloat16, seed=8),
+        64,
+        cos_sin_cache(32, torch.bfloat16),
+        True,
     ),
     "fp32 strided": (
         positions(4, 3),

@@ -25,7 +25,10 @@ def rotary_embedding(
     ``[tokens]``) index rows of ``cos_sin_cache [max_position, rotary_dim]`` (cos half, then
     sin half; fp32 or the query's dtype). ``query`` and ``key`` are ``[tokens, heads *
     head_size]`` or ``[tokens, heads, head_size]`` (each its own head count, the same
-    dtype: fp32, bf16 or fp16, contiguous last dimension). In each head the first
+    dtype: fp32, bf16 or fp16, contiguous last dimension), or both ``[batch, seq, heads,
+    head_size]`` with ``tokens = batch * seq`` positions in (batch, seq) order, as
+    sgl-kernel's CPU op takes them (the same result as the 3-D call on the flattened
+    tensors). In each head the first
     ``rotary_dim`` elements are rotated - neox pairs ``j`` with ``j + rotary_dim / 2``,
     GPT-J (``is_neox=False``) ``2j`` with ``2j + 1`` - and the rest are copied. A position
     outside ``[0, max_position)`` raises ValueError. The outputs are new contiguous tensors
