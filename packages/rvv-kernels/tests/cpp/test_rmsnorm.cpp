@@ -103,47 +103,55 @@ RVVK_TEST(rmsnorm_in_place_and_large_values) {
   }
 }
 
+// As sgl-kernel's CPU op (csrc/cpu/norm.cpp): residual is the fp32 sum of the inputs rounded
+// once to the dtype, and input the rmsnorm of the unrounded fp32 sum, also with Gemma's
+// weight offset of 1.
 RVVK_TEST(fused_add_rmsnorm_matches_reference) {
   ref::Rng rng(2);
-  each_case(ctx.vlen_bits, [&](DType dt, const Case& c, std::size_t total) {
-    ref::Buffer x(dt, total), res(dt, total), w(dt, static_cast<std::size_t>(c.cols));
-    fill(x, rng, -2.0, 2.0);
-    fill(res, rng, -2.0, 2.0);
-    fill(w, rng, 0.5, 1.5);
-    for (std::int64_t r = 0; r < c.rows; ++r)
-      for (std::int64_t j = c.cols; j < c.stride; ++j) {
-        x.set(static_cast<std::size_t>(r * c.stride + j), kSentinel);
-        res.set(static_cast<std::size_t>(r * c.stride + j), kSentinel);
+  for (const float w_offset : {0.0f, 1.0f}) {
+    each_case(ctx.vlen_bits, [&](DType dt, const Case& c, std::size_t total) {
+      ref::Buffer x(dt, total), res(dt, total), w(dt, static_cast<std::size_t>(c.cols));
+      fill(x, rng, -2.0, 2.0);
+      fill(res, rng, -2.0, 2.0);
+      fill(w, rng, w_offset == 0.0f ? 0.5 : -0.5, w_offset == 0.0f ? 1.5 : 0.5);
+      for (std::int64_t r = 0; r < c.rows; ++r)
+        for (std::int64_t j = c.cols; j < c.stride; ++j) {
+          x.set(static_cast<std::size_t>(r * c.stride + j), kSentinel);
+          res.set(static_cast<std::size_t>(r * c.stride + j), kSentinel);
+        }
+      const ref::Buffer x0 = x, res0 = res;
+      const float eps = 1e-5f;
+      rvvk::fused_add_rmsnorm(dt, x.data(), c.stride, res.data(), c.stride, w.data(), c.rows,
+                              c.cols, eps, w_offset);
+      for (std::int64_t r = 0; r < c.rows; ++r) {
+        double ss = 0;
+        std::vector<double> sum(static_cast<std::size_t>(c.cols));
+        for (std::int64_t j = 0; j < c.cols; ++j) {
+          const std::size_t i = static_cast<std::size_t>(r * c.stride + j);
+          // fp32 addition of the two inputs (exact in double for 16-bit inputs), not rounded.
+          const float s = static_cast<float>(x0.get(i)) + static_cast<float>(res0.get(i));
+          sum[static_cast<std::size_t>(j)] = s;
+          ss += static_cast<double>(s) * s;
+        }
+        const double inv = 1.0 / std::sqrt(ss / c.cols + eps);
+        rvvk_test::check_gap(ctx, dt, r, c.cols, c.stride, {&x, &res});
+        for (std::int64_t j = 0; j < c.cols; ++j) {
+          const std::size_t i = static_cast<std::size_t>(r * c.stride + j);
+          const double s = sum[static_cast<std::size_t>(j)];
+          CHECK_MSG(res.get(i) == ref::round_to(dt, s),
+                    "%s rows=%lld cols=%lld [%lld,%lld]: residual %.9g want %.9g",
+                    ref::name(dt), (long long)c.rows, (long long)c.cols, (long long)r,
+                    (long long)j, res.get(i), ref::round_to(dt, s));
+          const double wj = w.get(static_cast<std::size_t>(j)) + w_offset;
+          const double want = ref::round_to(dt, s * inv * wj);
+          CHECK_MSG(close(dt, x.get(i), want),
+                    "%s offset=%g rows=%lld cols=%lld [%lld,%lld]: got %.9g want %.9g",
+                    ref::name(dt), w_offset, (long long)c.rows, (long long)c.cols,
+                    (long long)r, (long long)j, x.get(i), want);
+        }
       }
-    const ref::Buffer x0 = x, res0 = res;
-    const float eps = 1e-5f;
-    rvvk::fused_add_rmsnorm(dt, x.data(), c.stride, res.data(), c.stride, w.data(), c.rows,
-                            c.cols, eps, 0.0f);
-    for (std::int64_t r = 0; r < c.rows; ++r) {
-      double ss = 0;
-      std::vector<double> sum(static_cast<std::size_t>(c.cols));
-      for (std::int64_t j = 0; j < c.cols; ++j) {
-        const std::size_t i = static_cast<std::size_t>(r * c.stride + j);
-        // fp32 addition of the two inputs, then rounding to the dtype.
-        const float s = static_cast<float>(x0.get(i)) + static_cast<float>(res0.get(i));
-        sum[static_cast<std::size_t>(j)] = ref::round_to(dt, s);
-        ss += sum[static_cast<std::size_t>(j)] * sum[static_cast<std::size_t>(j)];
-      }
-      const double inv = 1.0 / std::sqrt(ss / c.cols + eps);
-      rvvk_test::check_gap(ctx, dt, r, c.cols, c.stride, {&x, &res});
-      for (std::int64_t j = 0; j < c.cols; ++j) {
-        const std::size_t i = static_cast<std::size_t>(r * c.stride + j);
-        const double s = sum[static_cast<std::size_t>(j)];
-        CHECK_MSG(res.get(i) == s, "%s rows=%lld cols=%lld [%lld,%lld]: residual %.9g want %.9g",
-                  ref::name(dt), (long long)c.rows, (long long)c.cols, (long long)r,
-                  (long long)j, res.get(i), s);
-        const double want = ref::round_to(dt, s * inv * w.get(static_cast<std::size_t>(j)));
-        CHECK_MSG(close(dt, x.get(i), want), "%s rows=%lld cols=%lld [%lld,%lld]: got %.9g want %.9g",
-                  ref::name(dt), (long long)c.rows, (long long)c.cols, (long long)r,
-                  (long long)j, x.get(i), want);
-      }
-    }
-  });
+    });
+  }
 }
 
 RVVK_TEST(variant_api) {

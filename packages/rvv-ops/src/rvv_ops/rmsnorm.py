@@ -31,8 +31,10 @@ def rmsnorm(input: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
 def fused_add_rmsnorm(input: Tensor, residual: Tensor, weight: Tensor, eps: float = 1e-6) -> None:
     """Residual add then RMSNorm, both in place.
 
-    ``residual = dtype(input + residual)``, then ``input = rmsnorm(residual, weight, eps)``.
-    Calls ``torch.ops.sgl_kernel.fused_add_rmsnorm_cpu`` (SGLang's CPU op). Arguments as
+    With ``s = input + residual`` in fp32: ``residual = dtype(s)`` and ``input =
+    dtype(rmsnorm(s, weight, eps))``, the norm of the unrounded sum (as sgl-kernel's CPU op;
+    for bf16/fp16 it can differ by an ulp from normalising the rounded residual). Calls
+    ``torch.ops.sgl_kernel.fused_add_rmsnorm_cpu`` (SGLang's CPU op). Arguments as
     for :func:`rmsnorm`; ``residual`` has ``input``'s shape and dtype. Since both are
     written where they are, each must be walkable as rows with one stride (e.g. a
     contiguous tensor or a column slice of one), with rows that do not overlap, and the
@@ -60,8 +62,9 @@ def gemma_fused_add_rmsnorm(
 ) -> None:
     """Residual add then Gemma's RMSNorm, both in place.
 
-    ``residual = dtype(input + residual)``, then ``input = gemma_rmsnorm(residual, weight,
-    eps)``. Calls ``torch.ops.sgl_kernel.gemma_fused_add_rmsnorm_cpu``; the same layout
-    rules as :func:`rvv_ops.fused_add_rmsnorm` (walkable rows, no shared memory).
+    ``residual = dtype(input + residual)`` and ``input`` Gemma's RMSNorm of the fp32 sum
+    (as :func:`rvv_ops.fused_add_rmsnorm`). Calls
+    ``torch.ops.sgl_kernel.gemma_fused_add_rmsnorm_cpu``; the same layout rules as
+    :func:`rvv_ops.fused_add_rmsnorm` (walkable rows, no shared memory).
     """
     torch.ops.sgl_kernel.gemma_fused_add_rmsnorm_cpu.default(input, residual, weight, eps)

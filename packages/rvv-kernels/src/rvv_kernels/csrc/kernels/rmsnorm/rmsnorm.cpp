@@ -67,6 +67,10 @@ void rmsnorm_impl(T* out, std::int64_t out_stride, const T* in, std::int64_t in_
   }
 }
 
+// As sgl-kernel's CPU op: the sum s = x + y is taken in fp32, residual = dtype(s) (rounded
+// once) and input = dtype(s * inv_rms(s) * (w + w_offset)), the norm of the fp32 sum, not of
+// the rounded residual. Pass 2 recomputes s from x and the original y rather than keeping
+// an fp32 row buffer.
 template <class T>
 void fused_add_rmsnorm_impl(T* in, std::int64_t in_stride, T* res, std::int64_t res_stride,
                             const T* w, std::int64_t rows, std::int64_t cols, float eps,
@@ -76,19 +80,25 @@ void fused_add_rmsnorm_impl(T* in, std::int64_t in_stride, T* res, std::int64_t 
   for (std::int64_t r = 0; r < rows; ++r) {
     T* x = in + r * in_stride;
     T* y = res + r * res_stride;
-    // Pass 1: y = dtype(x + y); the norm is taken of the value stored in y
-    // (re-read after rounding), so input == rmsnorm(residual) holds exactly.
+    // Pass 1: sum of squares of s = x + y in fp32; nothing is written.
     F::V acc = F::splat(0.0f, vlmax);
     for (std::int64_t i = 0; i < cols;) {
       const std::size_t vl = F::setvl(static_cast<std::size_t>(cols - i));
-      F::V s = F::add(F::load(x + i, vl), F::load(y + i, vl), vl);
-      F::store(y + i, s, vl);
-      if constexpr (!std::is_same_v<T, float>) s = F::load(y + i, vl);
+      const F::V s = F::add(F::load(x + i, vl), F::load(y + i, vl), vl);
       acc = F::fmacc_tu(acc, s, s, vl);
       i += static_cast<std::int64_t>(vl);
     }
-    // Pass 2: x = rmsnorm(y).
-    scale_by_weight(x, y, w, inv_rms(F::reduce_sum(acc, vlmax), cols, eps), w_offset, cols);
+    const float scale = inv_rms(F::reduce_sum(acc, vlmax), cols, eps);
+    // Pass 2: y = dtype(s), x = dtype(s * scale * (w + w_offset)).
+    for (std::int64_t i = 0; i < cols;) {
+      const std::size_t vl = F::setvl(static_cast<std::size_t>(cols - i));
+      const F::V s = F::add(F::load(x + i, vl), F::load(y + i, vl), vl);
+      F::store(y + i, s, vl);
+      F::V wv = F::load(w + i, vl);
+      if (w_offset != 0.0f) wv = F::add(wv, w_offset, vl);
+      F::store(x + i, F::mul(F::mul(s, scale, vl), wv, vl), vl);
+      i += static_cast<std::int64_t>(vl);
+    }
   }
 }
 
