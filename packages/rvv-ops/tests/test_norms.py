@@ -54,9 +54,10 @@ def reference_gemma(x: Tensor, w: Tensor, eps: float) -> Tensor:
 def reference_gemma_fused(
     x: Tensor, residual: Tensor, w: Tensor, eps: float
 ) -> tuple[Tensor, Tensor]:
-    """(new input, new residual): residual = dtype(x + residual), input = gemma(residual)."""
-    new_residual = (x.float() + residual.float()).to(x.dtype)
-    return reference_gemma(new_residual, w, eps), new_residual
+    """(new input, new residual) as sgl-kernel's CPU op: s = x + residual in fp32,
+    residual = dtype(s), input = dtype(gemma(s)), the norm of the unrounded sum."""
+    s = x.float() + residual.float()
+    return reference_gemma(s, w, eps).to(x.dtype), s.to(x.dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
