@@ -511,9 +511,24 @@ def int4_apply(
     """``int4_scaled_mm_cpu`` (W4A8), or ``int4_w4a16_mm_cpu`` with SGLANG_RVV_INT4_ACT=none."""
     if x.device.type != "cpu" or x.dtype not in _GEMM_DTYPES:
         return original(self, layer, x, bias)
-    op = "int4_w4a16_mm_cpu" if int4_activations() == "none" else "int4_scaled_mm_cpu"
+    return _int4_mm(x, layer, ("qweight", "qzeros", "scales"), bias, "int8")
+
+
+def _int4_mm(
+    x: torch.Tensor,
+    layer: torch.nn.Module,
+    names: tuple[str, str, str],
+    bias: torch.Tensor | None,
+    default_act: str,
+) -> torch.Tensor:
+    """The INT4 GEMM on ``layer``'s weight, zero points and scales (attributes ``names``,
+    packed by ``convert_weight_packed_scale_zp``), counted: ``int4_scaled_mm_cpu`` (W4A8) or
+    ``int4_w4a16_mm_cpu`` as :func:`int4_activations` says (``default_act`` when
+    SGLANG_RVV_INT4_ACT is unset)."""
+    op = "int4_w4a16_mm_cpu" if int4_activations(default_act) == "none" else "int4_scaled_mm_cpu"
     _count(op)
-    return getattr(_sgl, op)(x, layer.qweight, layer.qzeros, layer.scales, bias)
+    out: torch.Tensor = getattr(_sgl, op)(x, *(getattr(layer, n) for n in names), bias)
+    return out
 
 
 def ct_w8a8_process_weights(original: Callable[..., Any], self: Any, layer: torch.nn.Module) -> Any:
@@ -649,11 +664,8 @@ def wna16_apply(
     ``SGLANG_RVV_INT4_ACT=int8``, for layers packed by :func:`wna16_process_weights`."""
     if not getattr(layer, _INT4_PACKED, False) or x.dtype not in _GEMM_DTYPES:
         return original(self, layer, x, bias)
-    op = "int4_scaled_mm_cpu" if int4_activations("none") == "int8" else "int4_w4a16_mm_cpu"
-    _count(op)
-    return getattr(_sgl, op)(
-        x, layer.weight_packed, layer.weight_zero_point, layer.weight_scale, bias
-    )
+    names = ("weight_packed", "weight_zero_point", "weight_scale")
+    return _int4_mm(x, layer, names, bias, "none")
 
 
 _ROUTED_CT_SCHEMES = ("CompressedTensorsW8A8Int8", "CompressedTensorsWNA16")
