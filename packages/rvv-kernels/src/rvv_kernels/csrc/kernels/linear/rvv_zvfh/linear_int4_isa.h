@@ -111,6 +111,10 @@ void w4a16h_block(const Int4Ctx& cx, const std::uint8_t* panel, const _Float16* 
 #define RVVK_MAC2H(i) RVVK_MAC(i, h2, 5 * MR)
 #define RVVK_MAC3L(i) RVVK_MAC(i, l3, 6 * MR)
 #define RVVK_MAC3H(i) RVVK_MAC(i, h3, 7 * MR)
+      // Every row's FMAs with four byte rows' nibble vectors (l0 h0 ... l3 h3).
+#define RVVK_MACS4                                                                    \
+  RVVK_ROWS(RVVK_MAC0L) RVVK_ROWS(RVVK_MAC0H) RVVK_ROWS(RVVK_MAC1L) RVVK_ROWS(RVVK_MAC1H) \
+  RVVK_ROWS(RVVK_MAC2L) RVVK_ROWS(RVVK_MAC2H) RVVK_ROWS(RVVK_MAC3L) RVVK_ROWS(RVVK_MAC3H)
       // A byte row's two fp16 nibble vectors.
 #define RVVK_NIBBLES(j, p)                                                    \
   const typename V::U8 b##j = T::load8(p, vl);                                \
@@ -134,14 +138,7 @@ void w4a16h_block(const Int4Ctx& cx, const std::uint8_t* panel, const _Float16* 
             const typename V::F16 l1 = V::template part<1>(lo), h1 = V::template part<1>(hi);
             const typename V::F16 l2 = V::template part<2>(lo), h2 = V::template part<2>(hi);
             const typename V::F16 l3 = V::template part<3>(lo), h3 = V::template part<3>(hi);
-            RVVK_ROWS(RVVK_MAC0L)
-            RVVK_ROWS(RVVK_MAC0H)
-            RVVK_ROWS(RVVK_MAC1L)
-            RVVK_ROWS(RVVK_MAC1H)
-            RVVK_ROWS(RVVK_MAC2L)
-            RVVK_ROWS(RVVK_MAC2H)
-            RVVK_ROWS(RVVK_MAC3L)
-            RVVK_ROWS(RVVK_MAC3H)
+            RVVK_MACS4
           }
         }
         for (; kb + 4 <= ge; kb += 4, w += 4 * nr, xk += 8 * MR) {
@@ -149,14 +146,7 @@ void w4a16h_block(const Int4Ctx& cx, const std::uint8_t* panel, const _Float16* 
           RVVK_NIBBLES(1, w + nr)
           RVVK_NIBBLES(2, w + 2 * nr)
           RVVK_NIBBLES(3, w + 3 * nr)
-          RVVK_ROWS(RVVK_MAC0L)
-          RVVK_ROWS(RVVK_MAC0H)
-          RVVK_ROWS(RVVK_MAC1L)
-          RVVK_ROWS(RVVK_MAC1H)
-          RVVK_ROWS(RVVK_MAC2L)
-          RVVK_ROWS(RVVK_MAC2H)
-          RVVK_ROWS(RVVK_MAC3L)
-          RVVK_ROWS(RVVK_MAC3H)
+          RVVK_MACS4
         }
       }
       for (; kb + 2 <= ge; kb += 2, w += 2 * nr, xk += 4 * MR) {
@@ -173,6 +163,7 @@ void w4a16h_block(const Int4Ctx& cx, const std::uint8_t* panel, const _Float16* 
         RVVK_ROWS(RVVK_MAC0H)
       }
 #undef RVVK_NIBBLES
+#undef RVVK_MACS4
 #undef RVVK_MAC2L
 #undef RVVK_MAC2H
 #undef RVVK_MAC3L
