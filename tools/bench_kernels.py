@@ -208,6 +208,14 @@ def main(argv: list[str] | None = None) -> int:
             record["est_cycles_vs_baseline"] = round(
                 cycles_rvv / rvvtools.est_cycles(base, vlen), 3
             )
+            if weight_bytes[case] and weight_bytes[baselines[case]]:
+                # Cases of different sizes that stream weights (a MoE layer's experts and a
+                # dense layer) compare per weight byte.
+                record["est_cycles_per_weight_byte_vs_baseline"] = round(
+                    (cycles_rvv / weight_bytes[case])
+                    / (rvvtools.est_cycles(base, vlen) / weight_bytes[baselines[case]]),
+                    3,
+                )
         records.append(record)
     header = (
         f"{'case':<28} {'VLEN':>5} {'variant':<8} {'RVV insns':>12} {'scalar insns':>14} "
