@@ -61,32 +61,34 @@ def float_reference(
     b2: Tensor | None,
     activation: str,
 ) -> tuple[Tensor, Tensor]:
-    """(out, magnitude) in float64: magnitude bounds the sums' absolute terms, for the
-    fp32 error bound."""
+    """(out, magnitude) in float64, one expert at a time over the pairs that chose it:
+    magnitude bounds the sums' absolute terms, for the fp32 error bound."""
     inter = w2.shape[2]
-    xd, w13d, w2d = x.double(), w13.double(), w2.double()
-    out = torch.zeros(x.shape, dtype=torch.float64)
-    mag = torch.zeros(x.shape, dtype=torch.float64)
-    for t in range(x.shape[0]):
-        for j in range(ids.shape[1]):
-            e = int(ids[t, j])
-            gu = w13d[e] @ xd[t]
-            gu_mag = w13d[e].abs() @ xd[t].abs()
-            if b13 is not None:
-                gu = gu + b13[e].double()
-                gu_mag = gu_mag + b13[e].double().abs()
-            a = act64(gu[:inter], activation)
-            h = a * gu[inter:]
-            # |d act / dg| <= 1.13: the gate's error, times |up|, plus the up's, times |act|
-            h_mag = 1.13 * gu_mag[:inter] * gu[inter:].abs() + a.abs() * gu_mag[inter:]
-            y = w2d[e] @ h
-            y_mag = w2d[e].abs() @ (h.abs() + h_mag)
-            if b2 is not None:
-                y = y + b2[e].double()
-                y_mag = y_mag + b2[e].double().abs()
-            out[t] += float(weights[t, j]) * y
-            mag[t] += abs(float(weights[t, j])) * y_mag
-    return out, mag
+    xd = x.double()
+    # per (token, choice); summed over the choices at the end
+    out = torch.zeros(*ids.shape, x.shape[1], dtype=torch.float64)
+    mag = torch.zeros(*ids.shape, x.shape[1], dtype=torch.float64)
+    for e in ids.unique().tolist():
+        t, j = (ids == e).nonzero(as_tuple=True)
+        w13d, w2d = w13[e].double(), w2[e].double()
+        gu = xd[t] @ w13d.T
+        gu_mag = xd[t].abs() @ w13d.abs().T
+        if b13 is not None:
+            gu = gu + b13[e].double()
+            gu_mag = gu_mag + b13[e].double().abs()
+        a = act64(gu[:, :inter], activation)
+        h = a * gu[:, inter:]
+        # |d act / dg| <= 1.13: the gate's error, times |up|, plus the up's, times |act|
+        h_mag = 1.13 * gu_mag[:, :inter] * gu[:, inter:].abs() + a.abs() * gu_mag[:, inter:]
+        y = h @ w2d.T
+        y_mag = (h.abs() + h_mag) @ w2d.abs().T
+        if b2 is not None:
+            y = y + b2[e].double()
+            y_mag = y_mag + b2[e].double().abs()
+        wt = weights[t, j].double().unsqueeze(1)
+        out[t, j] = wt * y
+        mag[t, j] = wt.abs() * y_mag
+    return out.sum(1), mag.sum(1)
 
 
 def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -105,27 +107,25 @@ def w8a8_reference(
     rounding boundary (the op's fp32 gated activation differs from torch's by ulps)."""
     inter = w2.shape[2]
     xq, xs = quantize_rows(x)
-    out = torch.zeros(x.shape, dtype=torch.float64)
-    tol = torch.zeros(x.shape, dtype=torch.float64)
-    for t in range(x.shape[0]):
-        for j in range(ids.shape[1]):
-            e = int(ids[t, j])
-            acc = w13[e].to(torch.int64) @ xq[t]
-            gu = (acc.float() * xs[t]) * s13[e]
-            h = (F.silu(gu[:inter]) * gu[inter:]).double()
-            hq, hs = quantize_rows(h.float().unsqueeze(0))
-            scaled = h.float() * (127 / h.float().abs().amax().clamp_min(1e-10))
-            near = ((scaled - scaled.floor() - 0.5).abs() < 1e-4).double()
-            acc2 = w2[e].to(torch.int64) @ hq[0]
-            y = acc2.double() * float(hs[0]) * s2[e].double()
-            wj = abs(float(weights[t, j]))
-            out[t] += float(weights[t, j]) * y
-            tol[t] += wj * (
-                (w2[e].double().abs() @ near) * float(hs[0]) * s2[e].double()
-                + 1e-5 * y.abs()
-                + 1e-4 * float(hs[0]) * s2[e].double() * w2[e].double().abs().sum(1) / inter
-            )
-    return out, tol
+    out = torch.zeros(*ids.shape, x.shape[1], dtype=torch.float64)
+    tol = torch.zeros(*ids.shape, x.shape[1], dtype=torch.float64)
+    for e in ids.unique().tolist():
+        t, j = (ids == e).nonzero(as_tuple=True)
+        acc = xq[t] @ w13[e].to(torch.int64).T
+        gu = (acc.float() * xs[t].unsqueeze(1)) * s13[e]
+        h = F.silu(gu[:, :inter]) * gu[:, inter:]
+        hq, hs = quantize_rows(h)
+        scaled = h * (127 / h.abs().amax(dim=1, keepdim=True).clamp_min(1e-10))
+        near = ((scaled - scaled.floor() - 0.5).abs() < 1e-4).double()
+        w2a = w2[e].double().abs()
+        step = hs.double().unsqueeze(1) * s2[e].double()
+        y = (hq @ w2[e].to(torch.int64).T).double() * step
+        wt = weights[t, j].double().unsqueeze(1)
+        out[t, j] = wt * y
+        tol[t, j] = wt.abs() * (
+            (near @ w2a.T) * step + 1e-5 * y.abs() + 1e-4 * step * w2a.sum(1) / inter
+        )
+    return out.sum(1), tol.sum(1)
 
 
 def moe_cases() -> Iterator[tuple[int, int, int, int, int]]:
