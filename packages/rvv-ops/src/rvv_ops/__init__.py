@@ -18,6 +18,9 @@ Importing this package loads ``rvv_ops/_C.so``, which registers
   ``int8_scaled_mm_with_quant``; quantised weights: ``convert_weight_packed_scale_zp``,
   ``int4_scaled_mm_cpu`` (AWQ / GPTQ int4, W4A8), ``int4_w4a16_mm_cpu`` (rvv-ops' own W4A16),
   ``fp8_scaled_mm_cpu`` (FP8 e4m3 block-scaled W8A16)
+- mixture-of-experts routing (see ``rvv_ops.moe_routing``): ``topk_softmax_cpu``,
+  ``topk_sigmoid_cpu``, ``grouped_topk_cpu``, ``biased_grouped_topk_cpu``,
+  ``fused_moe_router_cpu``
 
 with SGLang's names and arguments, so SGLang's CPU code paths find them, plus Meta
 kernels (the checks that need no data, then empty outputs) for fake tensors and
@@ -56,6 +59,13 @@ from rvv_ops.linear import (
     per_token_quant_int8,
     weight_packed_linear,
 )
+from rvv_ops.moe_routing import (
+    biased_grouped_topk,
+    fused_moe_router,
+    grouped_topk,
+    topk_sigmoid,
+    topk_softmax,
+)
 from rvv_ops.rmsnorm import fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, rmsnorm
 from rvv_ops.rotary import rotary_embedding
 
@@ -66,6 +76,7 @@ __all__ = [
     "BuildInfo",
     "CpuInfo",
     "__version__",
+    "biased_grouped_topk",
     "build_info",
     "convert_int4_weight",
     "convert_weight_packed",
@@ -75,10 +86,12 @@ __all__ = [
     "extend_attention_int8",
     "fp8_scaled_mm",
     "fused_add_rmsnorm",
+    "fused_moe_router",
     "gelu_and_mul",
     "gelu_tanh_and_mul",
     "gemma_fused_add_rmsnorm",
     "gemma_rmsnorm",
+    "grouped_topk",
     "int4_scaled_mm",
     "int4_w4a16_mm",
     "int8_scaled_mm",
@@ -89,6 +102,8 @@ __all__ = [
     "rotary_embedding",
     "set_variant",
     "silu_and_mul",
+    "topk_sigmoid",
+    "topk_softmax",
     "weight_packed_linear",
 ]
 __version__ = "0.1.0"
