@@ -412,8 +412,10 @@ std::function<void()> fp8w_case() {
 }
 
 // One Qwen3-30B-A3B MoE layer's experts (hidden 2048, 128 experts, top 8, expert
-// intermediate 768) over M tokens, as fused_experts_cpu runs it single-threaded: the
-// grouping, then the five stages. Token t chooses experts (t * 37 + j * 11) mod 128,
+// intermediate 768) over M tokens, as SGLang runs it single-threaded: the router
+// (moe_routing_case's: softmax, top 8, renormalised), then fused_experts_cpu's grouping
+// and five stages. The experts run on fixed choices (not the router's), so that the
+// weight bytes are known: token t chooses experts (t * 37 + j * 11) mod 128,
 // j < 8 (distinct per token; 8 experts at M = 1, moe_active_experts(16) = 121 at M = 16).
 // All experts share one packed weight (expert stride 0): the instruction counts are those
 // of distinct weights, and packing 128 experts under emulation would take minutes.
@@ -483,7 +485,9 @@ std::function<void()> moe_case() {
   a.ic2_q = ic2_q.data();
   a.ic2_scales = ic2_s.data();
   a.y = y.data();
+  static const std::function<void()> route = moe_routing_case<static_cast<int>(M), true>();
   return [] {
+    route();
     rvvk::moe_plan(ids.data(), M, kMoeK, kMoeE, &a.plan);
     for (rvvk::MoeStage st : {rvvk::MoeStage::kGather, rvvk::MoeStage::kGateUp,
                               rvvk::MoeStage::kAct, rvvk::MoeStage::kDown,
