@@ -10,7 +10,8 @@
 libtorch-dev (torch 2.6) of the Debian 13 riscv64 root, and rvv-kernels' pure-Python wheel
 into ``--out``. ``test`` builds both, then for each ``--config VLEN[:zvfh]`` (default
 ``256:zvfh`` and ``128``: the SpacemiT K1's VLEN with its Zvfh, and the minimum VLEN
-without) installs them into a throw-away venv of the root's Python 3.13 and runs
+without; the second runs ``--lengths quick``, which also runs each MoE reference shape in
+one dtype) installs them into a throw-away venv of the root's Python 3.13 and runs
 ``packages/rvv-ops/tests`` and the conformance suite's ``tests/conformance/test_ops.py``
 there under QEMU 10. Then rvv-attention (pure Python) is
 installed the same way with transformers and its dependencies (riscv64 wheels from PyPI,
@@ -389,13 +390,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     configs: list[Config] = args.config or [Config(256, True), Config(128, False)]
 
     def ops_job(c: Config) -> Job:
+        # Without --config, the second default configuration (VLEN 128) runs the quick set
+        # (the C++ kernel tests run every VLEN in full; this bounds CI's emulated time).
+        lengths = "quick" if not args.config and c is not configs[0] else args.lengths
+
         def job(out: TextIO | None) -> int:
             return run_tests(
                 wheel,
                 c.vlen,
                 zvfh=c.zvfh,
                 extra_wheels=[kernels],
-                lengths=args.lengths,
+                lengths=lengths,
                 pytest_args=args.pytest_args,
                 out=out,
             )
