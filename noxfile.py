@@ -256,7 +256,8 @@ def riscv_sglang(session: nox.Session) -> None:
     """SGLang's offline Engine inside the emulated Debian 13 riscv64 root (QEMU 10, VLEN 256):
     the demo model with attention_backend="rvv" vs "torch_native", same greedy tokens, RVV
     kernels ran; then launch_server and one HTTP completion; then the W8A8 and AWQ demo
-    checkpoints against their dequantised twins (`-- --quant-only`: just these). Not in the
+    checkpoints against their dequantised twins (`-- --quant-only`: just these), then the
+    Qwen3-MoE demo model against torch_native (`-- --moe-only`: just this). Not in the
     default run (~40 minutes). Writes build/riscv-sglang.json."""
     # The demo model is built on the host: transformers + torch, and sglang-rvv's demo module.
     session.install(TORCH, TRANSFORMERS, "hatchling", "build")

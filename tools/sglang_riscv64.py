@@ -32,6 +32,12 @@ layer routing (W8A8 in bf16; AWQ in fp32 with ``SGLANG_RVV_INT4_ACT=none``, W4A1
 against its dequantised fp32 twin on ``torch_native`` without routing: the same greedy tokens
 for both prompts, and the quantised ops' calls counted (``quant`` in the report).
 
+``run --moe`` (default; alone with ``--moe-only``): the tiny Qwen3-MoE demo model in fp32 with
+``rvv`` and layer routing (its experts in ``fused_experts_cpu``, its expert choice in the
+routing ops) against SGLang's own torch MoE code on ``torch_native`` without routing: the same
+greedy tokens, and ``fused_experts_cpu`` ran (``twins`` in the report, with the quantised
+runs).
+
 Emulation only (a board needs none of it): the guest Python cannot exec riscv64 programs, so
 the venv gets a ``.pth`` line pointing ``sys.executable`` at a host shell script that runs the
 venv's python under the same QEMU (SGLang starts its scheduler and detokenizer as
@@ -309,29 +315,49 @@ def check(report: dict[str, Any], new_tokens: int) -> list[str]:
     return problems + kernel_calls(rvv["ops"], "", "RVV", "")
 
 
-QUANT_RUNS: tuple[tuple[str, str, dict[str, str], str], ...] = (
-    # (format, dtype of the quantised engine, extra environment, op that must have run)
-    ("w8a8", "bfloat16", {}, "int8_scaled_mm_with_quant"),
-    ("awq", "float32", {"SGLANG_RVV_INT4_ACT": "none"}, "int4_w4a16_mm_cpu"),
-)
+# A twin run: a model served with rvv + layer routing in the guest against a twin on
+# torch_native without routing, the same greedy tokens required.
+# (label, model, twin, dtype of the rvv engine, extra environment, ops of which one must run)
+TwinRun = tuple[str, Path, Path, str, dict[str, str], tuple[str, ...]]
 
 
-def run_quant(
-    wrapper: Path, env: dict[str, str], new_tokens: int, timeout: float, tmp: Path
+def quant_runs() -> list[TwinRun]:
+    """The W8A8 checkpoint in bf16 and AWQ as W4A16 in fp32, against their dequantised
+    fp32 twins."""
+    return [
+        ("w8a8", _demo_model("qwen2", "w8a8"), _demo_model("qwen2", "w8a8", twin=True),
+         "bfloat16", {}, ("int8_scaled_mm_with_quant",)),
+        ("awq", _demo_model("qwen2", "awq"), _demo_model("qwen2", "awq", twin=True),
+         "float32", {"SGLANG_RVV_INT4_ACT": "none"}, ("int4_w4a16_mm_cpu",)),
+    ]  # fmt: skip
+
+
+def moe_runs() -> list[TwinRun]:
+    """The tiny Qwen3-MoE demo model in fp32: its experts in fused_experts_cpu and its
+    routing in a routing op with rvv, SGLang's torch MoE code on torch_native."""
+    model = _demo_model("qwen3-moe")
+    return [("qwen3-moe", model, model, "float32", {}, ("fused_experts_cpu",))]
+
+
+def run_twins(
+    runs: Sequence[TwinRun],
+    wrapper: Path,
+    env: dict[str, str],
+    new_tokens: int,
+    timeout: float,
+    tmp: Path,
 ) -> tuple[dict[str, Any], list[str]]:
-    """The QUANT_RUNS in the guest: each quantised checkpoint with rvv + routing, its twin on
-    torch_native without; returns the report part and the problems found."""
+    """The twin runs in the guest; returns the report part and the problems found."""
     report: dict[str, Any] = {}
     problems: list[str] = []
-    for fmt, dtype, extra, op in QUANT_RUNS:
-        runs = {}
-        for which, model, backend, engine_env, engine_dtype in (
-            ("rvv", _demo_model(fmt), "rvv", {"SGLANG_RVV_LAYERS": "1", **extra}, dtype),
-            ("twin", _demo_model(fmt, twin=True), "torch_native", {"SGLANG_RVV_LAYERS": "0"},
-             "float32"),
+    for label, model, twin_model, dtype, extra, ops in runs:
+        results = {}
+        for which, path, backend, engine_env, engine_dtype in (
+            ("rvv", model, "rvv", {"SGLANG_RVV_LAYERS": "1", **extra}, dtype),
+            ("twin", twin_model, "torch_native", {"SGLANG_RVV_LAYERS": "0"}, "float32"),
         ):  # fmt: skip
-            out = tmp / f"quant-{fmt}-{which}.json"
-            cmd = [str(wrapper), str(GUEST_SCRIPT), "--model", str(model), "--backend", backend,
+            out = tmp / f"twin-{label}-{which}.json"
+            cmd = [str(wrapper), str(GUEST_SCRIPT), "--model", str(path), "--backend", backend,
                    "--dtype", engine_dtype, "--max-new-tokens", str(new_tokens),
                    "--out", str(out)]  # fmt: skip
             _log(f"+ {shlex.join(cmd)}")
@@ -339,28 +365,29 @@ def run_quant(
                 cmd, env={**env, **engine_env}, timeout=timeout, check=False
             ).returncode
             if code != 0:
-                problems.append(f"{fmt} {which}: the guest exited with {code}")
+                problems.append(f"{label} {which}: the guest exited with {code}")
                 break
-            runs[which] = json.loads(out.read_text())["engines"][0]
-        if len(runs) < 2:
+            results[which] = json.loads(out.read_text())["engines"][0]
+        if len(results) < 2:
             continue
-        ours, twin = runs["rvv"], runs["twin"]
+        ours, twin = results["rvv"], results["twin"]
         same = [r["output_ids"] == t["output_ids"]
                 for r, t in zip(ours["results"], twin["results"], strict=True)]  # fmt: skip
-        report[fmt] = {
+        report[label] = {
             "dtype": dtype,
             "tokens_equal": same,
             "rvv": [r["output_ids"] for r in ours["results"]],
             "twin": [t["output_ids"] for t in twin["results"]],
             "ops": ours["ops"],
         }
-        _log(f"{fmt} ({dtype}) rvv vs dequantised twin: tokens equal {same}; ops {ours['ops']}")
+        _log(f"{label} ({dtype}) rvv vs twin: tokens equal {same}; ops {ours['ops']}")
         if not all(same):
-            problems.append(f"{fmt}: rvv tokens differ from the dequantised twin's: {report[fmt]}")
-        if not ours["ops"].get(op):
-            problems.append(f"{fmt}: {op} did not run: {ours['ops']}")
+            problems.append(f"{label}: rvv tokens differ from the twin's: {report[label]}")
+        for op in ops:
+            if not ours["ops"].get(op):
+                problems.append(f"{label}: {op} did not run: {ours['ops']}")
         if any(len(r["output_ids"]) < new_tokens for r in ours["results"]):
-            problems.append(f"{fmt}: fewer than {new_tokens} tokens")
+            problems.append(f"{label}: fewer than {new_tokens} tokens")
     return report, problems
 
 
@@ -394,11 +421,12 @@ def run(args: argparse.Namespace) -> int:
             "TORCHINDUCTOR_COMPILE_THREADS": "1",
             "SGLANG_RVV_EXPECT_VLEN": str(args.vlen),
         }
-        if args.quant_only:
-            only, only_problems = run_quant(
-                wrapper, env, args.max_new_tokens, args.timeout, Path(tmp)
+        if args.quant_only or args.moe_only:
+            runs = (quant_runs() if args.quant_only else []) + (moe_runs() if args.moe_only else [])
+            only, only_problems = run_twins(
+                runs, wrapper, env, args.max_new_tokens, args.timeout, Path(tmp)
             )
-            report_path.write_text(json.dumps({"quant": only, "vlen": args.vlen}, indent=1))
+            report_path.write_text(json.dumps({"twins": only, "vlen": args.vlen}, indent=1))
             for p in only_problems:
                 _log(f"FAILED: {p}")
             verdict = "FAILED" if only_problems else "passed"
@@ -419,15 +447,20 @@ def run(args: argparse.Namespace) -> int:
         server = _server_completion(wrapper, demo, env, args.timeout) if serve else None
         quant_problems: list[str] = []
         quant: dict[str, Any] | None = None
-        if args.quant and not args.tp_only:
-            quant, quant_problems = run_quant(
-                wrapper, env, args.max_new_tokens, args.timeout, Path(tmp)
+        twins = (
+            []
+            if args.tp_only
+            else (quant_runs() if args.quant else []) + (moe_runs() if args.moe else [])
+        )
+        if twins:
+            quant, quant_problems = run_twins(
+                twins, wrapper, env, args.max_new_tokens, args.timeout, Path(tmp)
             )
     report = json.loads(report_path.read_text())
     if server is not None:
         report["server"] = server
     if quant is not None:
-        report["quant"] = quant
+        report["twins"] = quant
     report["vlen"] = args.vlen
     report["host_wall_s"] = round(time.monotonic() - t0, 1)
     report_path.write_text(json.dumps(report, indent=1))
@@ -500,13 +533,13 @@ def check_server(report: dict[str, Any]) -> list[str]:
     return []
 
 
-def _demo_model(quant: str = "", twin: bool = False) -> Path:
-    """The demo model (or, with ``quant``, its quantised checkpoint or that one's dequantised
+def _demo_model(arch: str = "qwen2", quant: str = "", twin: bool = False) -> Path:
+    """A demo model (or, with ``quant``, its quantised checkpoint or that one's dequantised
     twin), built on the host (transformers is needed only to build it)."""
     call = (
-        f"demo.ensure_quantized('qwen2', {quant!r}, dequantized={twin})"
+        f"demo.ensure_quantized({arch!r}, {quant!r}, dequantized={twin})"
         if quant
-        else "demo.ensure('qwen2')"
+        else f"demo.ensure({arch!r})"
     )
     code = f"from sglang_rvv import demo; print({call})"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
@@ -554,6 +587,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--quant-only",
         action="store_true",
         help="only the quantised checkpoints against their twins (no other engine, no server)",
+    )
+    r.add_argument(
+        "--no-moe",
+        dest="moe",
+        action="store_false",
+        help="skip the MoE demo model (Qwen3-MoE) against torch_native",
+    )
+    r.add_argument(
+        "--moe-only",
+        action="store_true",
+        help="only the MoE demo model against torch_native (no other engine, no server)",
     )
     a = p.parse_args(argv)
     if a.command == "sglang-wheel":
