@@ -824,6 +824,9 @@ def maybe_enable() -> bool:
             hooks += INT4_HOOKS + WNA16_HOOKS
         if hasattr(torch.ops.sgl_kernel, "fp8_scaled_mm_cpu"):
             hooks += FP8_HOOKS
+        from sglang_rvv import moe
+
+        hooks += moe.routed_hooks()
     else:
         logger.warning(
             "sglang-rvv: the installed rvv-ops has no %s: linear layers stay on torch",
