@@ -77,7 +77,7 @@ def _identical(a: list[Completion], b: list[Completion]) -> list[int]:
 
 def _moe_stats(stats: dict[str, int]) -> None:
     """The MoE ops ran, the weights were packed once per layer, nothing fell back."""
-    assert stats.get("convert_weight_packed", 0) >= 2 * LAYERS, stats
+    assert stats.get(moe.PACK_COUNT) == 2 * LAYERS, stats
     assert stats.get("fused_experts_cpu", 0) > 0, stats
     assert stats.get("topk_softmax_cpu", 0) > 0, stats
     assert stats.get("fused_experts_cpu") == stats.get("topk_softmax_cpu"), stats
@@ -162,7 +162,10 @@ def test_routed_moe_matches_transformers_and_ran_the_moe_ops(moe_served: Any, ar
     stats = ours.stats
     print(
         f"[e2e-moe] {arch} rvv + routing op calls: "
-        + ", ".join(f"{op} {stats.get(op, 0)}" for op in (*moe.MOE_OPS, "weight_packed_linear"))
+        + ", ".join(
+            f"{op} {stats.get(op, 0)}"
+            for op in (*moe.MOE_OPS, moe.PACK_COUNT, "weight_packed_linear")
+        )
     )
     _same_as_transformers(ours, arch, "rvv + routing")
     _moe_stats(stats)

@@ -262,7 +262,7 @@ def test_unquantised_moe_runs_fused_experts_on_weights_packed_once() -> None:
         assert ours <= bound, f"{name}: fused_experts_cpu off the fp64 reference by {ours}"
         print(f"{name}: ours {ours:.2e}, SGLang's torch code {sglang:.2e}")
         assert dtype == name.split("-")[0] and shape[0] == int(name.rsplit("t", 1)[1])
-    assert calls.get("convert_weight_packed") == 2 * out["layers"], calls
+    assert calls.get(moe.PACK_COUNT) == 2 * out["layers"], calls
     assert calls.get("fused_experts_cpu") == out["cases"], calls
     assert calls.get("fallback fused experts") == 1, calls
     assert "activation 'gelu'" in err

@@ -64,6 +64,10 @@ ROUTING_OPS = (
 EXPERT_OPS = ("convert_weight_packed", "fused_experts_cpu")
 MOE_OPS = ROUTING_OPS + EXPERT_OPS
 
+PACK_COUNT = "convert_weight_packed experts"
+"""The stats key of a 3-D expert weight packed by ``convert_weight_packed`` (two per MoE
+layer; the linear layers' packing counts as ``convert_weight_packed``)."""
+
 UNQUANT = 0
 """SGLang's ``CPUQuantMethod.UNQUANT`` (``moe_comp_method`` of ``fused_experts_cpu``)."""
 
@@ -277,7 +281,7 @@ def unquant_process_weights(original: Callable[..., Any], self: Any, layer: torc
         return result
     pack = _op("convert_weight_packed")
     for name in ("w13_weight", "w2_weight"):
-        _count("convert_weight_packed")
+        _count(PACK_COUNT)
         packed = pack(getattr(layer, name).data)
         setattr(layer, name, torch.nn.Parameter(packed, requires_grad=False))
     for name in ("w13_weight_bias", "w2_weight_bias"):
