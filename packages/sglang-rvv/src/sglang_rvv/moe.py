@@ -70,6 +70,8 @@ layer; the linear layers' packing counts as ``convert_weight_packed``)."""
 
 UNQUANT = 0
 """SGLang's ``CPUQuantMethod.UNQUANT`` (``moe_comp_method`` of ``fused_experts_cpu``)."""
+INT8_W8A8 = 1
+"""SGLang's ``CPUQuantMethod.INT8_W8A8``."""
 
 _PACKED = "_rvv_moe_packed"
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -243,8 +245,15 @@ def biased_grouped_topk(
 # ------------------------------------------------------------------------- fused experts
 
 
-def _unsupported(layer: torch.nn.Module) -> str | None:
-    """Why ``fused_experts_cpu`` cannot run this unquantised MoE layer, or None."""
+def _tensor(layer: torch.nn.Module, name: str) -> torch.Tensor | None:
+    value = getattr(layer, name, None)
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _unsupported(
+    layer: torch.nn.Module, dtypes: tuple[torch.dtype, ...] = _FLOAT_DTYPES
+) -> str | None:
+    """Why ``fused_experts_cpu`` cannot run this MoE layer (weights of ``dtypes``), or None."""
     w13, w2 = getattr(layer, "w13_weight", None), getattr(layer, "w2_weight", None)
     if not isinstance(w13, torch.Tensor) or not isinstance(w2, torch.Tensor):
         return "no w13_weight / w2_weight tensors"
@@ -252,7 +261,7 @@ def _unsupported(layer: torch.nn.Module) -> str | None:
         return "weights not on the CPU"
     if w13.dim() != 3 or w2.dim() != 3 or w13.shape[0] != w2.shape[0]:
         return f"weights {tuple(w13.shape)} / {tuple(w2.shape)}: expected [E, 2I, H] / [E, H, I]"
-    if w13.dtype not in _FLOAT_DTYPES or w2.dtype != w13.dtype:
+    if w13.dtype not in dtypes or w2.dtype != w13.dtype:
         return f"weight dtypes {w13.dtype} / {w2.dtype}"
     if getattr(layer, "use_intel_amx_backend", False):
         return "packed by SGLang's AMX branch"
@@ -274,22 +283,30 @@ def unquant_process_weights(original: Callable[..., Any], self: Any, layer: torc
     biases to fp32, as SGLang's AMX branch does; marks the layer for
     :func:`unquant_forward`."""
     result = original(self, layer)
-    why = _unsupported(layer)
+    if _pack_experts(layer, _FLOAT_DTYPES, "fused experts"):
+        for name in ("w13_weight_bias", "w2_weight_bias"):
+            bias = getattr(layer, name, None)
+            if isinstance(bias, torch.Tensor):
+                setattr(layer, name, torch.nn.Parameter(bias.data.float(), requires_grad=False))
+    return result
+
+
+def _pack_experts(layer: torch.nn.Module, dtypes: tuple[torch.dtype, ...], what: str) -> bool:
+    """Packs ``w13_weight`` and ``w2_weight`` once and marks the layer, if
+    ``fused_experts_cpu`` can run it; otherwise logs why (unless the weights are simply not on
+    the CPU). Returns whether it packed."""
+    why = _unsupported(layer, dtypes)
     if why is not None:
         if why != "weights not on the CPU":
-            fallback("fused experts", why)
-        return result
+            fallback(what, why)
+        return False
     pack = _op("convert_weight_packed")
     for name in ("w13_weight", "w2_weight"):
         _count(PACK_COUNT)
         packed = pack(getattr(layer, name).data)
         setattr(layer, name, torch.nn.Parameter(packed, requires_grad=False))
-    for name in ("w13_weight_bias", "w2_weight_bias"):
-        bias = getattr(layer, name, None)
-        if isinstance(bias, torch.Tensor):
-            setattr(layer, name, torch.nn.Parameter(bias.data.float(), requires_grad=False))
     setattr(layer, _PACKED, True)
-    return result
+    return True
 
 
 def unquant_forward(
@@ -299,11 +316,34 @@ def unquant_forward(
     SGLang's AMX branch of ``UnquantizedFusedMoEMethod.forward_cpu`` calls it."""
     if not getattr(layer, _PACKED, False):
         return original(self, layer, dispatch_output)
+    cfg = self.moe_runner_config
+    return _fused_experts(
+        layer,
+        dispatch_output,
+        cfg,
+        UNQUANT,
+        (None, None),
+        (getattr(layer, "w13_weight_bias", None), getattr(layer, "w2_weight_bias", None)),
+        (cfg.gemm1_alpha, cfg.gemm1_clamp_limit),
+    )
+
+
+def _fused_experts(
+    layer: torch.nn.Module,
+    dispatch_output: Any,
+    cfg: Any,
+    method: int,
+    scales: tuple[torch.Tensor | None, torch.Tensor | None],
+    biases: tuple[torch.Tensor | None, torch.Tensor | None],
+    alpha_limit: tuple[float | None, float | None],
+) -> Any:
+    """``fused_experts_cpu`` on a packed layer, with the arguments of SGLang's AMX branches
+    (router weights applied to the input first when the model asks, as
+    ``apply_topk_weights_cpu`` does; int32 ids, fp32 weights), as a ``StandardCombineInput``."""
     from sglang.srt.layers.moe.token_dispatcher import StandardCombineInput
 
     x = dispatch_output.hidden_states
     topk_weights, topk_ids, _ = dispatch_output.topk_output
-    cfg = self.moe_runner_config
     if cfg.apply_router_weight_on_input:  # SGLang's apply_topk_weights_cpu
         x = x * topk_weights.to(x.dtype)
         topk_weights = torch.ones_like(topk_weights, dtype=torch.float32)
@@ -318,21 +358,56 @@ def unquant_forward(
         layer.w2_weight,
         topk_weights,
         topk_ids,
-        False,  # inplace
-        UNQUANT,
-        None,  # w1_scale
-        None,  # w2_scale
+        False,  # inplace (SGLang: "inplace should be False in fused_experts")
+        method,
+        scales[0],
+        scales[1],
         None,  # w1_zero
         None,  # w2_zero
         None,  # block_size
-        getattr(layer, "w13_weight_bias", None),
-        getattr(layer, "w2_weight_bias", None),
-        cfg.gemm1_alpha,
-        cfg.gemm1_clamp_limit,
+        biases[0],
+        biases[1],
+        alpha_limit[0],
+        alpha_limit[1],
         True,  # is_vnni: packed by convert_weight_packed
         cfg.activation,
     )
     return StandardCombineInput(hidden_states=output)
+
+
+def w8a8_process_weights(original: Callable[..., Any], self: Any, layer: torch.nn.Module) -> Any:
+    """W8A8 int8 experts (``W8A8Int8MoEMethod``, per-channel weight scales [E, N, 1]): after
+    SGLang's own processing, the int8 ``w13_weight`` / ``w2_weight`` packed once for
+    ``fused_experts_cpu`` (SGLang's path on a CPU without AMX or arm64 is a triton kernel)."""
+    result = original(self, layer)
+    if _pack_experts(layer, (torch.int8,), "W8A8 fused experts"):
+        for name in ("w13_weight_scale", "w2_weight_scale"):
+            scale = getattr(layer, name)
+            setattr(
+                layer,
+                name,
+                torch.nn.Parameter(scale.data.float().contiguous(), requires_grad=False),
+            )
+    return result
+
+
+def w8a8_apply(
+    original: Callable[..., Any], self: Any, layer: torch.nn.Module, dispatch_output: Any
+) -> Any:
+    """``fused_experts_cpu`` with ``CPUQuantMethod.INT8_W8A8`` (activations quantised per
+    token inside the op) for layers packed by :func:`w8a8_process_weights`, as SGLang's AMX
+    branch of ``W8A8Int8MoEMethod.apply`` calls it."""
+    if not getattr(layer, _PACKED, False):
+        return original(self, layer, dispatch_output)
+    return _fused_experts(
+        layer,
+        dispatch_output,
+        self.moe_runner_config,
+        INT8_W8A8,
+        (_tensor(layer, "w13_weight_scale"), _tensor(layer, "w2_weight_scale")),
+        (None, None),
+        (None, None),
+    )
 
 
 # ------------------------------------------------------- Qwen2-MoE's shared-expert gate
@@ -394,9 +469,12 @@ ROUTING_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (_TOPK + "grouped_topk", grouped_topk),
     (_TOPK + "biased_grouped_topk", biased_grouped_topk),
 )
+_W8A8 = _BASE + "quantization.w8a8_int8.W8A8Int8MoEMethod."
 EXPERT_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (_UNQUANT + "process_weights_after_loading", unquant_process_weights),
     (_UNQUANT + "forward_native", unquant_forward),
+    (_W8A8 + "process_weights_after_loading", w8a8_process_weights),
+    (_W8A8 + "apply", w8a8_apply),
 )
 _QWEN2_MOE = "sglang.srt.models.qwen2_moe."
 CPU_FIX_HOOKS: tuple[tuple[str, Callable[..., Any], str], ...] = (
