@@ -212,3 +212,51 @@ def test_routed_moe_agrees_in_bf16(moe_served: Any, arch: str) -> None:
     assert not problems, "; ".join(problems)
     assert worst <= BF16_LOGPROB
     _moe_stats(ours.stats)
+
+
+W8A8_TOP1 = 0.98
+"""Share of teacher-forced positions whose top-1 token agrees with the dequantised model
+(test_e2e_quant's W8A8 criterion)."""
+
+
+@full
+@needs_ops
+def test_w8a8_moe_agrees_with_its_dequantised_twin(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The Qwen3-MoE demo quantised to W8A8 (experts and attention linears int8 per channel)
+    served in fp32 through the RVV ops (experts: ``fused_experts_cpu`` with ``INT8_W8A8``;
+    SGLang alone runs W8A8 MoE only with triton) against its dequantised fp32 twin on
+    torch_native: the only difference is the per-token int8 rounding of the activations."""
+    from test_e2e_quant import _teacher_forced
+
+    tmp = tmp_path_factory.mktemp("e2e-moe-w8a8")
+    ours = run_server(
+        demo.ensure_quantized("qwen3-moe", "w8a8"),
+        "rvv",
+        routed=True,
+        tmp=tmp,
+        dtype="float32",
+        score=True,
+    )
+    ref = run_server(
+        demo.ensure_quantized("qwen3-moe", "w8a8", dequantized=True),
+        "torch_native",
+        routed=False,
+        tmp=tmp,
+        dtype="float32",
+        score=True,
+    )
+    positions, same, worst = _teacher_forced(ours, ref)
+    greedy = len(ours.sequential) - len(_identical(ours.sequential, ref.sequential))
+    stats = ours.stats
+    print(
+        f"[e2e-moe] qwen3-moe w8a8 (rvv, fp32) vs dequantised fp32 (torch_native): top-1 "
+        f"{same}/{positions} ({same / positions:.4f}), max |logprob diff| {worst:.4f}, greedy "
+        f"{greedy}/{len(ours.sequential)} identical; fused_experts_cpu "
+        f"{stats.get('fused_experts_cpu')}, int8_scaled_mm_with_quant "
+        f"{stats.get('int8_scaled_mm_with_quant')}"
+    )
+    assert positions >= 500 and same / positions >= W8A8_TOP1
+    _moe_stats(stats)
+    assert stats.get("int8_scaled_mm_with_quant", 0) > 0, stats  # the attention linears

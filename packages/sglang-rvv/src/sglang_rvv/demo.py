@@ -251,6 +251,11 @@ def ensure_quantized(
     model (built first if needed) when missing or older than it."""
     from sglang_rvv import quant
 
+    if arch in MOE_ARCHS and fmt != "w8a8":
+        raise ValueError(
+            f"arch={arch!r} with fmt={fmt!r}: the MoE demo models are quantised in w8a8 only "
+            "(SGLang's other quantised MoE methods do not run on a CPU)"
+        )
     src = ensure(arch)
     target = out or quant_dir(arch, fmt, dequantized=dequantized)
     stamp = target / "rvv_sglang_quant.json"

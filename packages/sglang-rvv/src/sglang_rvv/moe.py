@@ -22,6 +22,9 @@ SGLang function or method                                       RVV op
 (``process_weights_after_loading``, ``forward_native``)          3-D ``w13_weight`` / ``w2_weight``
                                                                 once at load, ``fused_experts_cpu``
                                                                 (``CPUQuantMethod.UNQUANT``)
+``quantization.w8a8_int8.W8A8Int8MoEMethod``                    the same for int8 weights,
+(``process_weights_after_loading``, ``apply``)                  ``fused_experts_cpu``
+                                                                (``CPUQuantMethod.INT8_W8A8``)
 ==============================================================  ==================================
 
 What the ops do not cover goes to SGLang's own code, and the reason is logged once per kind
@@ -32,10 +35,11 @@ fp32 / bf16 / fp16 CPU tensors. A hook whose op is missing from the installed rv
 registered (a warning names the ops); if an op disappears after that, the call fails with a
 clear message naming it.
 
-Not routed: SGLang's W8A8 int8 MoE (``W8A8Int8MoEMethod``), whose CPU branch without AMX or
-arm64 is a triton kernel, and ``shared_expert_cpu``, which SGLang calls only for DeepSeek's
-shared expert (Qwen2-MoE's shared expert is an ordinary MLP, whose linear layers and SiLU the
-dense hooks already route).
+SGLang runs W8A8 int8 MoE on a CPU only with AMX or on arm64 (elsewhere its path is a triton
+kernel); with routing on it runs through the op on any CPU. Not routed: ``shared_expert_cpu``,
+which SGLang calls only for DeepSeek's shared expert (Qwen2-MoE's shared expert is an
+ordinary MLP, whose linear layers and SiLU the dense hooks already route), and the other
+quantised MoE methods (AWQ / GPTQ / FP8 experts).
 
 Independently of routing, :data:`CPU_FIX_HOOKS` make Qwen2-MoE start on a CPU at all: SGLang
 0.5.23 applies its shared expert's sigmoid gate with a triton kernel
