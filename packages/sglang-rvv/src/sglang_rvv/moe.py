@@ -480,12 +480,15 @@ EXPERT_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (_W8A8 + "process_weights_after_loading", w8a8_process_weights),
     (_W8A8 + "apply", w8a8_apply),
 )
-_QWEN2_MOE = "sglang.srt.models.qwen2_moe."
+_ELEMENTWISE = "sglang.kernels.ops.elementwise.elementwise."
 CPU_FIX_HOOKS: tuple[tuple[str, Callable[..., Any], str], ...] = (
-    (_QWEN2_MOE + "fused_gate_sigmoid_mul_add", gate_sigmoid_mul_add, "AROUND"),
-    (_QWEN2_MOE + "fused_gate_sigmoid_mul", gate_sigmoid_mul, "AROUND"),
+    (_ELEMENTWISE + "fused_gate_sigmoid_mul_add", gate_sigmoid_mul_add, "AROUND"),
+    (_ELEMENTWISE + "fused_gate_sigmoid_mul", gate_sigmoid_mul, "AROUND"),
 )
-"""Registered whether or not layers are routed (:func:`register_cpu_fixes`)."""
+"""Registered whether or not layers are routed (:func:`register_cpu_fixes`). The targets are
+the defining module's functions: SGLang's hook registry rebinds them in every module that
+imported them already (``models.qwen2_moe``), and a later import takes the hooked ones; the
+model module itself is not imported in processes that do not build a model."""
 
 
 def register_cpu_fixes() -> bool:
