@@ -377,6 +377,88 @@ std::function<void()> fp8w_case() {
   return [] { rvvk::fp8_linear(a, 0, d.tasks()); };
 }
 
+// One Qwen3-30B-A3B MoE layer's experts (hidden 2048, 128 experts, top 8, expert
+// intermediate 768) over M tokens, as fused_experts_cpu runs it single-threaded: the
+// grouping, then the five stages. Token t chooses experts (t * 37 + j * 11) mod 128,
+// j < 8 (distinct per token; 8 experts at M = 1, moe_active_experts(16) = 121 at M = 16).
+// All experts share one packed weight (expert stride 0): the instruction counts are those
+// of distinct weights, and packing 128 experts under emulation would take minutes.
+constexpr std::int64_t kMoeH = 2048, kMoeE = 128, kMoeK = 8, kMoeI = 768;
+constexpr std::int32_t moe_expert(std::int64_t t, std::int64_t j) {
+  return static_cast<std::int32_t>((t * 37 + j * 11) % kMoeE);
+}
+constexpr std::int64_t moe_active_experts(std::int64_t m) {
+  std::int64_t n = 0;
+  for (std::int64_t e = 0; e < kMoeE; ++e) {
+    bool hit = false;
+    for (std::int64_t t = 0; t < m; ++t)
+      for (std::int64_t j = 0; j < kMoeK; ++j) hit = hit || moe_expert(t, j) == e;
+    n += hit;
+  }
+  return n;
+}
+// Bytes of expert weights a call reads: each chosen expert's W13 and W2 once (plus the
+// int8 channel scales).
+constexpr std::int64_t moe_weight_bytes(std::int64_t m, bool int8) {
+  return moe_active_experts(m) *
+         (3 * kMoeH * kMoeI * (int8 ? 1 : 2) + (int8 ? (2 * kMoeI + kMoeH) * 4 : 0));
+}
+
+template <std::int64_t M, bool kInt8>
+std::function<void()> moe_case() {
+  constexpr DType wdt = kInt8 ? DType::kI8 : DType::kBF16;
+  static Rng rng;
+  static auto x = random_bf16(M * kMoeH, rng);
+  static std::vector<std::uint32_t> w13 = packed_weight(wdt, 2 * kMoeI, kMoeH);
+  static std::vector<std::uint32_t> w2 = packed_weight(wdt, kMoeH, kMoeI);
+  static std::vector<float> s13(kMoeE * 2 * kMoeI, 0.01f), s2(kMoeE * kMoeH, 0.01f);
+  static std::vector<std::int32_t> ids(M * kMoeK);
+  static std::vector<float> weights(M * kMoeK, 0.125f);
+  for (std::int64_t t = 0; t < M; ++t)
+    for (std::int64_t j = 0; j < kMoeK; ++j) ids[t * kMoeK + j] = moe_expert(t, j);
+  constexpr std::int64_t A = M * kMoeK;
+  static std::vector<std::int64_t> offsets(kMoeE + 1);
+  static std::vector<std::int32_t> sorted(A), slot_of(A), active(kMoeE);
+  static std::vector<std::uint16_t> xg(A * kMoeH), out(M * kMoeH);
+  static std::vector<std::int8_t> xg_q(A * kMoeH), ic2_q(A * kMoeI);
+  static std::vector<float> xg_s(A), ic1(A * 2 * kMoeI), ic2(A * kMoeI), ic2_s(A), y(A * kMoeH);
+  static rvvk::MoeExpertsArgs a;
+  a.tokens = M;
+  a.topk = kMoeK;
+  a.hidden = kMoeH;
+  a.intermediate = kMoeI;
+  a.x_dtype = DType::kBF16;
+  a.x = x.data();
+  a.x_stride = kMoeH;
+  a.weights = weights.data();
+  a.plan.offsets = offsets.data();
+  a.plan.sorted_tokens = sorted.data();
+  a.plan.slot_of = slot_of.data();
+  a.plan.active = active.data();
+  a.w13 = reinterpret_cast<const unsigned char*>(w13.data());
+  a.w2 = reinterpret_cast<const unsigned char*>(w2.data());
+  a.w13_stride = a.w2_stride = 0;
+  a.w13_scales = s13.data();
+  a.w2_scales = s2.data();
+  a.out = out.data();
+  a.out_stride = kMoeH;
+  a.xg = kInt8 ? static_cast<void*>(xg_q.data()) : static_cast<void*>(xg.data());
+  a.xg_scales = xg_s.data();
+  a.ic1 = ic1.data();
+  a.ic2 = ic2.data();
+  a.ic2_q = ic2_q.data();
+  a.ic2_scales = ic2_s.data();
+  a.y = y.data();
+  return [] {
+    rvvk::moe_plan(ids.data(), M, kMoeK, kMoeE, &a.plan);
+    for (rvvk::MoeStage st : {rvvk::MoeStage::kGather, rvvk::MoeStage::kGateUp,
+                              rvvk::MoeStage::kAct, rvvk::MoeStage::kDown,
+                              rvvk::MoeStage::kCombine}) {
+      rvvk::moe_experts(a, st, 0, rvvk::moe_stage_tasks(a, st));
+    }
+  };
+}
+
 // Bytes an fp8 layer streams: the weight codes and the block scales.
 constexpr std::int64_t fp8w_bytes(std::int64_t k, std::int64_t n) {
   return k * n + (k + kFp8BlockK - 1) / kFp8BlockK * n * 4;
@@ -414,6 +496,15 @@ const std::map<std::string, Case>& cases() {
         "linear_bf16_m1_k1536_n8960"}},
       {"fp8w_m64_k1536_n8960",
        {"fp8_linear", fp8w_case<64, 1536, 8960>, fp8w_bytes(1536, 8960)}},
+      // A Qwen3-30B-A3B MoE layer's experts at decode and at 16 tokens, bf16 and W8A8,
+      // compared per weight byte with the dense layers of the same weight dtype.
+      {"moe_bf16_qwen3-30b-a3b_m1",
+       {"moe_experts", moe_case<1, false>, moe_weight_bytes(1, false), 0,
+        "linear_bf16_m1_k1536_n8960"}},
+      {"moe_bf16_qwen3-30b-a3b_m16",
+       {"moe_experts", moe_case<16, false>, moe_weight_bytes(16, false)}},
+      {"moe_w8a8_qwen3-30b-a3b_m1",
+       {"moe_experts", moe_case<1, true>, moe_weight_bytes(1, true), 0, "w8a8_m1_k1536_n8960"}},
   };
   return c;
 }

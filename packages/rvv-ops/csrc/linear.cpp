@@ -22,17 +22,16 @@
 
 #include "common.h"
 #include "ops.h"
+#include "packed_weight.h"
 
 namespace rvv_ops {
-namespace {
 
-// Multiply-adds per thread task below which threading costs more than it saves.
-constexpr std::int64_t kMinMacsPerTask = 1 << 18;
+// The helpers packed_weight.h declares (shared with moe.cpp).
 
 // The rvv-kernels dtype of a weight: float (allow_float), int8 (allow_int8) or fp8 e4m3
 // (allow_fp8) as the caller allows.
 rvvk::DType weight_dtype(const char* op, const char* arg, const at::Tensor& t, bool allow_int8,
-                         bool allow_float, bool allow_fp8 = false) {
+                         bool allow_float, bool allow_fp8) {
   const at::ScalarType st = t.scalar_type();
   if (allow_float && (st == at::kFloat || st == at::kBFloat16 || st == at::kHalf)) {
     return kernel_dtype(op, arg, t);
@@ -68,6 +67,28 @@ std::int64_t rows_of(at::Tensor& t) {
 std::int64_t packed_cols(const rvvk::PackedWeightHeader& h, std::int64_t elem) {
   const std::int64_t row = h.n * elem;
   return (h.bytes + row - 1) / row;
+}
+
+std::int64_t packed3_cols(const rvvk::PackedWeightHeader& h, std::int64_t elem) {
+  std::int64_t cols = packed_cols(h, elem);
+  while (h.n * cols * elem % 4 != 0) ++cols;
+  return cols;
+}
+
+at::Tensor pack3(const char* op, const at::Tensor& weight, rvvk::DType dt) {
+  const std::int64_t experts = weight.size(0), n = weight.size(1), k = weight.size(2);
+  rvvk::PackedWeightHeader h;
+  rvvk::pack_weight_layout(dt, n, k, &h);
+  const std::int64_t cols = packed3_cols(h, weight.element_size());
+  at::Tensor out = at::zeros({experts, n, cols}, weight.options());
+  TORCH_CHECK(reinterpret_cast<std::uintptr_t>(out.data_ptr()) % 4 == 0, op,
+              ": internal error: misaligned allocation");
+  for (std::int64_t e = 0; e < experts; ++e) {
+    at::Tensor w = weight[e];
+    const std::int64_t stride = rows_of(w);
+    rvvk::pack_weight(h, w.data_ptr(), stride, out[e].data_ptr());
+  }
+  return out;
 }
 
 at::Tensor pack(const char* op, const at::Tensor& weight, rvvk::DType dt) {
@@ -126,6 +147,8 @@ rvvk::PackedWeightHeader packed_header(const char* op, const char* arg, const at
                     " input channels; expected mat1.size(1) = ", k);
   return h;
 }
+
+namespace {
 
 // bias: None, or N floats as [N] or [1, N].
 void check_bias(const char* op, const std::optional<at::Tensor>& bias, const c10::SymInt& n) {
@@ -295,17 +318,31 @@ at::Tensor linear_out_meta(const at::Tensor& mat1, const at::Tensor& mat2,
 at::Tensor convert_weight_packed(bool meta, const at::Tensor& weight) {
   const char* op = "convert_weight_packed";
   if (!meta) check_cpu(op, "weight", weight);
-  check_weight_dims(op, "weight", weight);
+  if (weight.dim() == 3) {  // expert-stacked MoE weights [E, N, K]: each expert packed
+    TORCH_CHECK_VALUE(weight.sym_size(0) > 0 && weight.sym_size(1) > 0 &&
+                          weight.sym_size(2) > 0,
+                      op, ": weight (", describe(weight),
+                      ") is empty; expected [E, N, K] with E, N, K >= 1");
+  } else {
+    check_weight_dims(op, "weight", weight);
+  }
   const rvvk::DType dt = weight_dtype(op, "weight", weight, true, true, true);
+  const bool stacked = weight.dim() == 3;
   if (meta) {
     // The packed width depends on N and K: a traced graph is specialised to them.
-    const c10::SymInt n = weight.sym_size(0);
-    const std::int64_t cols = packed_weight_cols(
-        n.guard_int(__FILE__, __LINE__), weight.sym_size(1).guard_int(__FILE__, __LINE__),
-        weight.scalar_type());
-    return at::empty_symint({n, cols}, weight.options());
+    const c10::SymInt n = weight.sym_size(stacked ? 1 : 0);
+    const std::int64_t nn = n.guard_int(__FILE__, __LINE__);
+    const std::int64_t k = weight.sym_size(stacked ? 2 : 1).guard_int(__FILE__, __LINE__);
+    if (!stacked) {
+      return at::empty_symint({n, packed_weight_cols(nn, k, weight.scalar_type())},
+                              weight.options());
+    }
+    rvvk::PackedWeightHeader h;
+    rvvk::pack_weight_layout(dt, nn, k, &h);
+    return at::empty_symint({weight.sym_size(0), n, c10::SymInt(packed3_cols(h, weight.element_size()))},
+                            weight.options());
   }
-  return pack(op, weight, dt);
+  return stacked ? pack3(op, weight, dt) : pack(op, weight, dt);
 }
 
 at::Tensor weight_packed_linear(bool meta, const at::Tensor& mat1, const at::Tensor& mat2,

@@ -18,6 +18,9 @@ Importing this package loads ``rvv_ops/_C.so``, which registers
   ``int8_scaled_mm_with_quant``; quantised weights: ``convert_weight_packed_scale_zp``,
   ``int4_scaled_mm_cpu`` (AWQ / GPTQ int4, W4A8), ``int4_w4a16_mm_cpu`` (rvv-ops' own W4A16),
   ``fp8_scaled_mm_cpu`` (FP8 e4m3 block-scaled W8A16)
+- mixture-of-experts layers (see ``rvv_ops.moe``): ``fused_experts_cpu`` (unquantised and
+  W8A8 int8 experts, weights packed by ``convert_weight_packed`` from ``[E, N, K]``),
+  ``shared_expert_cpu``
 
 with SGLang's names and arguments, so SGLang's CPU code paths find them, plus Meta
 kernels (the checks that need no data, then empty outputs) for fake tensors and
@@ -56,6 +59,7 @@ from rvv_ops.linear import (
     per_token_quant_int8,
     weight_packed_linear,
 )
+from rvv_ops.moe import fused_experts, shared_expert
 from rvv_ops.rmsnorm import fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, rmsnorm
 from rvv_ops.rotary import rotary_embedding
 
@@ -75,6 +79,7 @@ __all__ = [
     "extend_attention_int8",
     "fp8_scaled_mm",
     "fused_add_rmsnorm",
+    "fused_experts",
     "gelu_and_mul",
     "gelu_tanh_and_mul",
     "gemma_fused_add_rmsnorm",
@@ -88,6 +93,7 @@ __all__ = [
     "rmsnorm",
     "rotary_embedding",
     "set_variant",
+    "shared_expert",
     "silu_and_mul",
     "weight_packed_linear",
 ]

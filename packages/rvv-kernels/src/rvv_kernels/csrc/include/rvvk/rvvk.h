@@ -295,6 +295,90 @@ struct Int4LinearArgs {
   std::int64_t out_stride = 0;
 };
 
+// Mixture-of-experts feed-forward of SGLang's fused_experts_cpu. Token t chose experts
+// ids[t, j] with weights w[t, j] (j < topk); for each choice, with e = ids[t, j]:
+//   g = x[t] @ W13[e][0:I]^T + b13[e][0:I],  u = x[t] @ W13[e][I:2I]^T + b13[e][I:2I]
+//   y[t, j] = (act(g) * u) @ W2[e]^T + b2[e]
+//   out[t] = base_scale * base[t] + sum over j = 0, 1, ... of w[t, j] * y[t, j]
+// (fp32 arithmetic throughout, one rounding to out_dtype; base optional). W8A8 (int8
+// weights): x[t] and act(g) * u are quantised per row as quantize_int8_rows does and the
+// GEMMs are int8_linear's (exact int32 sums times row and channel scales).
+// The (token, choice) pairs are grouped by expert (moe_plan), so each expert's weights
+// are read once per call however many tokens chose it, and each GEMM runs over all of
+// the expert's rows. A call runs five stages in order (moe_experts with each MoeStage
+// over [0, moe_stage_tasks) split in any way over threads; a stage needs the previous
+// one complete): gather the rows of each pair (quantised for int8), the gate/up GEMMs,
+// the activation, the down GEMMs, the weighted sum per token.
+// Grouping: offsets[e] .. offsets[e + 1] are expert e's slots in the sorted order (by
+// expert, then token, then choice); sorted_tokens[s] is slot s's token; slot_of[t * topk
+// + j] is pair (t, j)'s slot; active[0 .. active_count) the experts with slots, ascending.
+struct MoePlan {
+  std::int64_t* offsets = nullptr;       // [experts + 1]
+  std::int32_t* sorted_tokens = nullptr;  // [tokens * topk]
+  std::int32_t* slot_of = nullptr;        // [tokens * topk]
+  std::int32_t* active = nullptr;         // [experts]
+  std::int64_t active_count = 0;
+};
+enum class MoeStage : int { kGather = 0, kGateUp = 1, kAct = 2, kDown = 3, kCombine = 4 };
+struct MoeExpertsArgs {
+  std::int64_t tokens = 0, topk = 0;
+  std::int64_t hidden = 0;        // H: K of W13, N of W2
+  std::int64_t intermediate = 0;  // I: W13 has 2I output channels, W2 has K = I
+  Activation act = Activation::kSilu;
+  DType x_dtype = DType::kF32;  // of x, base and out: kF32, kBF16, kF16
+  const void* x = nullptr;      // [tokens, H], row stride x_stride elements
+  std::int64_t x_stride = 0;
+  const float* weights = nullptr;  // [tokens, topk], contiguous
+  MoePlan plan;                    // filled by moe_plan
+  // Expert e's packed weights (pack_weight: float dtypes or kI8; the same dtype, shapes
+  // and panel width for every expert) start at w13 + e * w13_stride bytes (likewise w2).
+  const unsigned char* w13 = nullptr;
+  std::int64_t w13_stride = 0;
+  const unsigned char* w2 = nullptr;
+  std::int64_t w2_stride = 0;
+  const float* w13_scales = nullptr;  // kI8: [experts, 2I] channel scales
+  const float* w2_scales = nullptr;   // kI8: [experts, H]
+  DType bias_dtype = DType::kF32;
+  const void* b13 = nullptr;  // [experts, 2I] or null
+  const void* b2 = nullptr;   // [experts, H] or null
+  const void* base = nullptr;  // [tokens, H] (x_dtype, row stride base_stride) or null
+  std::int64_t base_stride = 0;
+  float base_scale = 1.0f;
+  void* out = nullptr;  // [tokens, H] of x_dtype, row stride out_stride
+  std::int64_t out_stride = 0;
+  // Workspaces, A = tokens * topk rows each (moe_workspace_bytes): gathered rows [A, H]
+  // (x_dtype, or int8 + xg_scales [A] for kI8 weights), gate/up outputs ic1 [A, 2I],
+  // activations ic2 [A, I] (fp32; kI8 also ic2_q + ic2_scales), down outputs y [A, H].
+  void* xg = nullptr;
+  float* xg_scales = nullptr;
+  float* ic1 = nullptr;
+  float* ic2 = nullptr;
+  std::int8_t* ic2_q = nullptr;
+  float* ic2_scales = nullptr;
+  float* y = nullptr;
+};
+// The packed header of expert 0's W13 and W2.
+inline const PackedWeightHeader& moe_w13_header(const MoeExpertsArgs& a) {
+  return *reinterpret_cast<const PackedWeightHeader*>(a.w13);
+}
+inline const PackedWeightHeader& moe_w2_header(const MoeExpertsArgs& a) {
+  return *reinterpret_cast<const PackedWeightHeader*>(a.w2);
+}
+inline std::int64_t moe_stage_tasks(const MoeExpertsArgs& a, MoeStage s) {
+  switch (s) {
+    case MoeStage::kGather:
+    case MoeStage::kAct:
+      return a.tokens * a.topk;
+    case MoeStage::kGateUp:
+      return a.plan.active_count * linear_tasks(moe_w13_header(a));
+    case MoeStage::kDown:
+      return a.plan.active_count * linear_tasks(moe_w2_header(a));
+    case MoeStage::kCombine:
+      return a.tokens;
+  }
+  return 0;
+}
+
 #define RVVK_KERNEL(name, params, args) void name params;
 #include "rvvk/kernels.def"
 #undef RVVK_KERNEL

@@ -1,0 +1,575 @@
+"""fused_experts_cpu and shared_expert_cpu against float64 references.
+
+Unquantised experts: the expert MLPs in float64 from the same (dtype-rounded) inputs;
+the ops compute in fp32 and round once, so the tolerance is fp32's accumulation error over
+the sums plus one rounding to the output dtype. W8A8 experts: the reference quantises the
+activations per row as SGLang's ``per_token_quant_int8`` (torch), sums exactly in int64, and
+quantises the gated activations the same way; a quantised activation may land one step
+away where it sits on a rounding boundary, which the tolerance allows for.
+
+Expert counts {1, 8, 60, 128}, top-k {1, 2, 8}, tokens {1, 3, 16, 300}; experts no token
+chose and experts every token chose; odd hidden and intermediate sizes; biases; packed
+(is_vnni) and plain weights; every kernel variant this CPU runs. Plus opcheck and bad
+inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import rvv_ops  # noqa: F401  (registers the ops)
+import torch
+import torch.nn.functional as F
+from rvv_ops.moe import INT8_W8A8, UNQUANT
+from torch import Tensor
+
+OPS = torch.ops.sgl_kernel
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def routing(
+    tokens: int, experts: int, topk: int, g: torch.Generator, every: bool = False
+) -> tuple[Tensor, Tensor]:
+    """Distinct experts per token (what top-k gives) and positive weights; `every`: token t
+    takes expert 0 first, so that one expert is chosen by every token."""
+    ids = torch.stack([torch.randperm(experts, generator=g)[:topk] for _ in range(tokens)])
+    if every and experts > 1:
+        for t in range(tokens):
+            row = ids[t].tolist()
+            if 0 in row:
+                row.remove(0)
+            ids[t] = torch.tensor([0, *row[: topk - 1]])
+    weights = torch.rand(tokens, topk, generator=g)
+    return weights, ids.to(torch.int32)
+
+
+def act64(g: Tensor, activation: str) -> Tensor:
+    return F.silu(g) if activation == "silu" else F.gelu(g)
+
+
+def float_reference(
+    x: Tensor,
+    w13: Tensor,
+    w2: Tensor,
+    weights: Tensor,
+    ids: Tensor,
+    b13: Tensor | None,
+    b2: Tensor | None,
+    activation: str,
+) -> tuple[Tensor, Tensor]:
+    """(out, magnitude) in float64, one expert at a time over the pairs that chose it:
+    magnitude bounds the sums' absolute terms, for the fp32 error bound."""
+    inter = w2.shape[2]
+    xd = x.double()
+    # per (token, choice); summed over the choices at the end
+    out = torch.zeros(*ids.shape, x.shape[1], dtype=torch.float64)
+    mag = torch.zeros(*ids.shape, x.shape[1], dtype=torch.float64)
+    for e in ids.unique().tolist():
+        t, j = (ids == e).nonzero(as_tuple=True)
+        w13d, w2d = w13[e].double(), w2[e].double()
+        gu = xd[t] @ w13d.T
+        gu_mag = xd[t].abs() @ w13d.abs().T
+        if b13 is not None:
+            gu = gu + b13[e].double()
+            gu_mag = gu_mag + b13[e].double().abs()
+        a = act64(gu[:, :inter], activation)
+        h = a * gu[:, inter:]
+        # |d act / dg| <= 1.13: the gate's error, times |up|, plus the up's, times |act|
+        h_mag = 1.13 * gu_mag[:, :inter] * gu[:, inter:].abs() + a.abs() * gu_mag[:, inter:]
+        y = h @ w2d.T
+        y_mag = (h.abs() + h_mag) @ w2d.abs().T
+        if b2 is not None:
+            y = y + b2[e].double()
+            y_mag = y_mag + b2[e].double().abs()
+        wt = weights[t, j].double().unsqueeze(1)
+        out[t, j] = wt * y
+        mag[t, j] = wt.abs() * y_mag
+    return out.sum(1), mag.sum(1)
+
+
+def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor]:
+    """SGLang's per_token_quant_int8 (torch), in fp32."""
+    xf = x.float()
+    amax = xf.abs().amax(dim=-1, keepdim=True).clamp_min(1e-10)
+    q = (xf * (127 / amax)).round().clamp(-127, 127)
+    return q.to(torch.int64), (amax / 127).squeeze(-1)
+
+
+def w8a8_reference(
+    x: Tensor, w13: Tensor, w2: Tensor, s13: Tensor, s2: Tensor, weights: Tensor, ids: Tensor
+) -> tuple[Tensor, Tensor]:
+    """(out, tolerance): the W8A8 arithmetic with exact integer sums; the tolerance allows a
+    one-step change of each quantised activation that sits within 1e-4 steps of a
+    rounding boundary (the op's fp32 gated activation differs from torch's by ulps)."""
+    inter = w2.shape[2]
+    xq, xs = quantize_rows(x)
+    out = torch.zeros(*ids.shape, x.shape[1], dtype=torch.float64)
+    tol = torch.zeros(*ids.shape, x.shape[1], dtype=torch.float64)
+    for e in ids.unique().tolist():
+        t, j = (ids == e).nonzero(as_tuple=True)
+        acc = xq[t] @ w13[e].to(torch.int64).T
+        gu = (acc.float() * xs[t].unsqueeze(1)) * s13[e]
+        h = F.silu(gu[:, :inter]) * gu[:, inter:]
+        hq, hs = quantize_rows(h)
+        scaled = h * (127 / h.abs().amax(dim=1, keepdim=True).clamp_min(1e-10))
+        near = ((scaled - scaled.floor() - 0.5).abs() < 1e-4).double()
+        w2a = w2[e].double().abs()
+        step = hs.double().unsqueeze(1) * s2[e].double()
+        y = (hq @ w2[e].to(torch.int64).T).double() * step
+        wt = weights[t, j].double().unsqueeze(1)
+        out[t, j] = wt * y
+        tol[t, j] = wt.abs() * (
+            (near @ w2a.T) * step + 1e-5 * y.abs() + 1e-4 * step * w2a.sum(1) / inter
+        )
+    return out.sum(1), tol.sum(1)
+
+
+def moe_cases() -> Iterator[tuple[int, int, int, int, int]]:
+    """(experts, topk, tokens, hidden, intermediate)"""
+    i = 0
+    for experts in (1, 8, 60, 128):
+        for topk in (1, 2, 8):
+            if topk > experts:
+                continue
+            for tokens in (1, 3, 16, 300):
+                hidden = (33, 64, 17)[i % 3]
+                inter = (17, 40, 8, 1)[i % 4]
+                i += 1
+                yield experts, topk, tokens, hidden, inter
+
+
+def rounding(dtype: torch.dtype, want: Tensor) -> Tensor:
+    """The error of one rounding of `want` to `dtype` (fp16's subnormal spacing included)."""
+    u = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}[dtype]
+    return u * want.abs() + (2.0**-25 if dtype == torch.float16 else 0.0)
+
+
+@pytest.mark.parametrize(("experts", "topk", "tokens", "hidden", "inter"), list(moe_cases()))
+def test_fused_experts_float(experts: int, topk: int, tokens: int, hidden: int, inter: int) -> None:
+    seed = experts * 1000 + topk * 100 + tokens + hidden + inter
+    g = gen(seed)
+    dtype = (torch.float32, torch.bfloat16, torch.float16)[seed % 3]
+    wdtype = dtype if seed % 4 else torch.float32
+    x = torch.randn(tokens, hidden, generator=g).to(dtype)
+    w13 = (torch.randn(experts, 2 * inter, hidden, generator=g) / hidden**0.5).to(wdtype)
+    w2 = (torch.randn(experts, hidden, inter, generator=g) / inter**0.5).to(wdtype)
+    with_bias = seed % 2 == 0
+    b13 = torch.randn(experts, 2 * inter, generator=g) if with_bias else None
+    b2 = torch.randn(experts, hidden, generator=g) if with_bias else None
+    weights, ids = routing(tokens, experts, topk, g, every=seed % 5 == 0)
+    activation = "gelu" if seed % 7 == 0 else "silu"
+    packed = seed % 3 != 1
+    args13 = OPS.convert_weight_packed(w13) if packed else w13
+    args2 = OPS.convert_weight_packed(w2) if packed else w2
+    got = OPS.fused_experts_cpu(
+        x,
+        args13,
+        args2,
+        weights,
+        ids,
+        False,
+        UNQUANT,
+        None,
+        None,
+        None,
+        None,
+        None,
+        b13,
+        b2,
+        None,
+        None,
+        packed,
+        activation,
+    )
+    assert got.shape == x.shape and got.dtype == dtype
+    want, mag = float_reference(x, w13, w2, weights, ids, b13, b2, activation)
+    k = hidden + inter + topk + 8
+    tol = k * 2.0**-24 * mag + rounding(dtype, want) + 1e-30
+    check(got, want, tol)
+
+
+def check(got: Tensor, want: Tensor, tol: Tensor) -> None:
+    """|got - want| <= tol everywhere; else reports the worst element relative to tol."""
+    err = (got.double() - want).abs()
+    worst = int((err / tol).argmax())
+    assert bool((err <= tol).all()), (
+        f"{int((err > tol).sum())} elements out of tolerance; worst at "
+        f"{divmod(worst, want.shape[1])}: got {float(got.flatten()[worst]):.9g}, want "
+        f"{float(want.flatten()[worst]):.9g}, tolerance {float(tol.flatten()[worst]):.3g}"
+    )
+
+
+# The W8A8 reference loops in Python: 300 tokens only with the larger expert counts.
+@pytest.mark.parametrize(
+    ("experts", "topk", "tokens", "hidden", "inter"),
+    [c for c in moe_cases() if c[2] < 300 or c[0] >= 60],
+)
+def test_fused_experts_w8a8(experts: int, topk: int, tokens: int, hidden: int, inter: int) -> None:
+    seed = experts * 1000 + topk * 100 + tokens + hidden + inter + 7
+    g = gen(seed)
+    dtype = (torch.float32, torch.bfloat16, torch.float16)[seed % 3]
+    x = torch.randn(tokens, hidden, generator=g).to(dtype)
+    w13 = torch.randint(-128, 128, (experts, 2 * inter, hidden), generator=g, dtype=torch.int8)
+    w2 = torch.randint(-128, 128, (experts, hidden, inter), generator=g, dtype=torch.int8)
+    s13 = torch.rand(experts, 2 * inter, generator=g) / (64 * hidden**0.5) + 1e-4
+    s2 = torch.rand(experts, hidden, generator=g) / (64 * inter**0.5) + 1e-4
+    weights, ids = routing(tokens, experts, topk, g, every=seed % 3 == 0)
+    packed = seed % 2 == 0
+    got = OPS.fused_experts_cpu(
+        x,
+        OPS.convert_weight_packed(w13) if packed else w13,
+        OPS.convert_weight_packed(w2) if packed else w2,
+        weights,
+        ids.to(torch.int64) if seed % 4 == 1 else ids,
+        False,
+        INT8_W8A8,
+        s13.unsqueeze(-1) if seed % 2 else s13,  # SGLang's [E, N, 1] or [E, N]
+        s2,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        packed,
+        "silu",
+    )
+    want, tol = w8a8_reference(x, w13, w2, s13, s2, weights, ids)
+    check(got, want, tol + rounding(dtype, want) + 1e-6)
+
+
+def test_fused_experts_every_variant(variant: str) -> None:
+    g = gen(5)
+    x = torch.randn(7, 40, generator=g).bfloat16()
+    w13 = (torch.randn(6, 2 * 24, 40, generator=g) / 6).bfloat16()
+    w2 = (torch.randn(6, 40, 24, generator=g) / 5).bfloat16()
+    weights, ids = routing(7, 6, 2, g)
+    got = OPS.fused_experts_cpu(
+        x,
+        OPS.convert_weight_packed(w13),
+        OPS.convert_weight_packed(w2),
+        weights,
+        ids,
+        False,
+        UNQUANT,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        True,
+        None,
+    )
+    want, mag = float_reference(x, w13, w2, weights, ids, None, None, "silu")
+    assert bool(((got.double() - want).abs() <= 80 * 2.0**-24 * mag + 2**-8 * want.abs()).all())
+
+
+def test_fused_experts_inplace_and_empty() -> None:
+    g = gen(9)
+    x = torch.randn(5, 16, generator=g)
+    w13 = torch.randn(3, 2 * 8, 16, generator=g)
+    w2 = torch.randn(3, 16, 8, generator=g)
+    weights, ids = routing(5, 3, 2, g)
+    args = (w13, w2, weights, ids)
+    rest = (None, None, None, None, None, None, None, None, None, False, "silu")
+    want = OPS.fused_experts_cpu(x, *args, False, UNQUANT, *rest)
+    y = x.clone()
+    got = OPS.fused_experts_cpu(y, *args, True, UNQUANT, *rest)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.testing.assert_close(y, want, rtol=0, atol=0)
+    assert got.data_ptr() != y.data_ptr()
+    # Zero tokens: an empty result, nothing read.
+    e = OPS.fused_experts_cpu(x[:0], w13, w2, weights[:0], ids[:0], False, UNQUANT, *rest)
+    assert e.shape == (0, 16)
+
+
+def test_fused_experts_results_do_not_depend_on_threads() -> None:
+    g = gen(11)
+    x = torch.randn(9, 96, generator=g)
+    w13 = OPS.convert_weight_packed(torch.randn(16, 2 * 80, 96, generator=g))
+    w2 = OPS.convert_weight_packed(torch.randn(16, 96, 80, generator=g))
+    weights, ids = routing(9, 16, 4, g)
+    rest = (None, None, None, None, None, None, None, None, None, True, "silu")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = OPS.fused_experts_cpu(x, w13, w2, weights, ids, False, UNQUANT, *rest)
+        torch.set_num_threads(max(2, threads))
+        many = OPS.fused_experts_cpu(x, w13, w2, weights, ids, False, UNQUANT, *rest)
+    finally:
+        torch.set_num_threads(threads)
+    torch.testing.assert_close(one, many, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("int8", [False, True])
+def test_shared_expert(int8: bool) -> None:
+    g = gen(13)
+    tokens, hidden, inter = 6, 48, 20
+    x = torch.randn(tokens, hidden, generator=g).bfloat16()
+    routed = torch.randn(tokens, hidden, generator=g).bfloat16()
+    if int8:
+        w13 = torch.randint(-128, 128, (2 * inter, hidden), generator=g, dtype=torch.int8)
+        w2 = torch.randint(-128, 128, (hidden, inter), generator=g, dtype=torch.int8)
+        s13 = torch.rand(2 * inter, generator=g) / 500 + 1e-4
+        s2 = torch.rand(hidden, generator=g) / 300 + 1e-4
+        shared, tol = w8a8_reference(
+            x,
+            w13[None],
+            w2[None],
+            s13[None],
+            s2[None],
+            torch.ones(tokens, 1),
+            torch.zeros(tokens, 1, dtype=torch.int32),
+        )
+    else:
+        w13 = (torch.randn(2 * inter, hidden, generator=g) / 7).bfloat16()
+        w2 = (torch.randn(hidden, inter, generator=g) / 4).bfloat16()
+        s13 = s2 = None
+        shared, mag = float_reference(
+            x,
+            w13[None],
+            w2[None],
+            torch.ones(tokens, 1),
+            torch.zeros(tokens, 1, dtype=torch.int32),
+            None,
+            None,
+            "silu",
+        )
+        tol = 100 * 2.0**-24 * mag
+    want = shared + 2.5 * routed.double()
+    got = OPS.shared_expert_cpu(
+        x,
+        OPS.convert_weight_packed(w13),
+        OPS.convert_weight_packed(w2),
+        routed,
+        2.5,
+        False,
+        int8,
+        False,
+        s13,
+        s2,
+        None,
+        True,
+    )
+    err = (got.double() - want).abs()
+    assert bool((err <= tol + 2**-8 * want.abs() + 1e-6).all()), float(err.max())
+
+
+def test_convert_weight_packed_3d_matches_2d() -> None:
+    g = gen(17)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int8):
+        w = (torch.randn(5, 9, 13, generator=g) * 50).to(dtype)
+        p = OPS.convert_weight_packed(w)
+        assert p.dim() == 3 and p.shape[:2] == (5, 9) and p.dtype == dtype
+        assert p.stride(0) * p.element_size() % 4 == 0
+        for e in range(5):
+            one = OPS.convert_weight_packed(w[e])
+            n = one.numel()
+            assert torch.equal(p[e].flatten()[:n], one.flatten()), (dtype, e)
+
+
+# ---- opcheck and bad inputs ----
+
+
+def _opcheck_samples() -> list[tuple[str, tuple[object, ...]]]:
+    g = gen(19)
+    out: list[tuple[str, tuple[object, ...]]] = []
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(4, 24, generator=g).to(dtype)
+        w13 = torch.randn(5, 16, 24, generator=g).to(dtype)
+        w2 = torch.randn(5, 24, 8, generator=g).to(dtype)
+        weights, ids = routing(4, 5, 2, g)
+        out.append(
+            (
+                f"fused {dtype}",
+                (
+                    x,
+                    OPS.convert_weight_packed(w13),
+                    OPS.convert_weight_packed(w2),
+                    weights,
+                    ids,
+                    False,
+                    UNQUANT,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    True,
+                    "silu",
+                ),
+            )
+        )
+    x = torch.randn(3, 24, generator=g)
+    out.append(
+        (
+            "shared",
+            (
+                x,
+                torch.randn(16, 24, generator=g),
+                torch.randn(24, 8, generator=g),
+                torch.randn(3, 24, generator=g),
+                1.5,
+                False,
+                False,
+                False,
+                None,
+                None,
+                None,
+                False,
+            ),
+        )
+    )
+    return out
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_opcheck(i: int) -> None:
+    name, args = _opcheck_samples()[i]
+    op = OPS.shared_expert_cpu.default if name == "shared" else OPS.fused_experts_cpu.default
+    torch.library.opcheck(op, args)
+
+
+def _fused(**kw: object) -> Tensor:
+    g = gen(23)
+    a: dict[str, object] = {
+        "x": torch.randn(3, 16, generator=g),
+        "w13": torch.randn(4, 2 * 8, 16, generator=g),
+        "w2": torch.randn(4, 16, 8, generator=g),
+        "weights": torch.rand(3, 2, generator=g),
+        "ids": torch.tensor([[0, 1], [2, 3], [1, 0]], dtype=torch.int32),
+        "method": UNQUANT,
+        "s13": None,
+        "s2": None,
+        "zero": None,
+        "block": None,
+        "alpha": None,
+        "vnni": False,
+        "act": "silu",
+    }
+    a.update(kw)
+    out: Tensor = OPS.fused_experts_cpu(
+        a["x"],
+        a["w13"],
+        a["w2"],
+        a["weights"],
+        a["ids"],
+        False,
+        a["method"],
+        a["s13"],
+        a["s2"],
+        a["zero"],
+        None,
+        a["block"],
+        None,
+        None,
+        a["alpha"],
+        None,
+        a["vnni"],
+        a["act"],
+    )
+    return out
+
+
+@pytest.mark.parametrize(
+    ("kw", "exc", "words"),
+    [
+        (
+            {"ids": torch.tensor([[0, 4], [2, 3], [1, 0]], dtype=torch.int32)},
+            ValueError,
+            ("topk_ids[0, 1]", "is 4", "[0, 4)"),
+        ),
+        ({"ids": torch.tensor([[0, 1], [2, -1], [1, 0]])}, ValueError, ("topk_ids[1, 1]", "-1")),
+        ({"ids": torch.tensor([[0, 1], [2, 2**33], [1, 0]])}, ValueError, ("8589934592",)),
+        (
+            {"ids": torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)},
+            ValueError,
+            ("topk_ids", "tokens = 3"),
+        ),
+        ({"ids": torch.tensor([[0.0, 1], [2, 3], [1, 0]])}, TypeError, ("topk_ids", "int32")),
+        ({"w2": torch.randn(5, 16, 8)}, ValueError, ("w1", "4 experts", "w2", "5")),
+        ({"w13": torch.randn(2 * 8, 16)}, ValueError, ("w1", "2-d", "3-D")),
+        ({"w13": torch.randn(4, 2 * 7, 16)}, ValueError, ("w1", "[E, 16, 16]")),
+        ({"method": 2}, NotImplementedError, ("moe_comp_method is 2", "FP8_W8A16")),
+        ({"method": 3}, NotImplementedError, ("INT4_W4A8",)),
+        ({"alpha": 1.702}, NotImplementedError, ("alpha",)),
+        ({"zero": torch.zeros(1)}, ValueError, ("w1_zero",)),
+        ({"block": [128, 128]}, ValueError, ("block_size",)),
+        ({"act": "relu"}, ValueError, ("activation is 'relu'",)),
+        ({"x": torch.randn(3, 16).double()}, TypeError, ("hidden_states", "float64")),
+        ({"method": INT8_W8A8}, TypeError, ("w1", "torch.int8")),
+        (
+            {
+                "method": INT8_W8A8,
+                "w13": torch.zeros(4, 16, 16, dtype=torch.int8),
+                "w2": torch.zeros(4, 16, 8, dtype=torch.int8),
+            },
+            ValueError,
+            ("w1_scale is None",),
+        ),
+        (
+            {
+                "method": INT8_W8A8,
+                "w13": torch.zeros(4, 16, 16, dtype=torch.int8),
+                "w2": torch.zeros(4, 16, 8, dtype=torch.int8),
+                "s13": torch.ones(4, 15),
+                "s2": torch.ones(4, 16),
+            },
+            ValueError,
+            ("w1_scale", "[4, 16]"),
+        ),
+        ({"vnni": True}, ValueError, ("w2", "packed")),
+    ],
+)
+def test_fused_experts_refuses_bad_arguments(
+    kw: dict[str, object], exc: type[Exception], words: tuple[str, ...]
+) -> None:
+    with pytest.raises(exc) as info:
+        _fused(**kw)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_fused_experts_refuses_mixed_packings() -> None:
+    g = gen(29)
+    w13 = torch.randn(2, 16, 24, generator=g)
+    a = OPS.convert_weight_packed(w13)
+    b = OPS.convert_weight_packed(torch.randn(2, 16, 20, generator=g))
+    mixed = a.clone()
+    # expert 1 packed for another K: its header differs from expert 0's
+    mixed[1].flatten()[:16] = b[1].flatten()[:16]
+    w2 = OPS.convert_weight_packed(torch.randn(2, 24, 8, generator=g))
+    with pytest.raises(ValueError, match=r"w1\[1\] has a packed-weight header unlike"):
+        OPS.fused_experts_cpu(
+            torch.randn(2, 24),
+            mixed,
+            w2,
+            torch.ones(2, 1),
+            torch.zeros(2, 1, dtype=torch.int32),
+            False,
+            UNQUANT,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            True,
+            None,
+        )
