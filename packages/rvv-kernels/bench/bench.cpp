@@ -202,6 +202,40 @@ std::function<void()> silu_and_mul_case() {
   };
 }
 
+// MoE routing of M tokens. kQwen3: Qwen3-30B-A3B's router (128 experts, top 8, softmax,
+// renormalised, bf16 logits); otherwise DeepSeek-V3's (256 experts, sigmoid + correction
+// bias, 8 groups by their top-2 sum, 4 kept, top 8, scaled by 2.5, fp32 logits).
+template <int M, bool kQwen3>
+std::function<void()> moe_routing_case() {
+  constexpr std::int64_t E = kQwen3 ? 128 : 256, kTopk = 8;
+  static Rng rng;
+  static std::vector<std::uint16_t> logits16 = random_bf16(M * E, rng);
+  static std::vector<float> logits32(M * E), bias(E), weights(M * kTopk);
+  static std::vector<std::int32_t> ids(M * kTopk);
+  for (float& x : logits32) x = rng.next();
+  for (float& x : bias) x = 0.1f * rng.next();
+  static rvvk::MoeTopkArgs a;
+  a.experts = E;
+  a.topk = kTopk;
+  a.logits_dtype = kQwen3 ? DType::kBF16 : DType::kF32;
+  a.logits = kQwen3 ? static_cast<const void*>(logits16.data()) : logits32.data();
+  a.logits_stride = E;
+  a.scoring = kQwen3 ? rvvk::MoeScoring::kSoftmax : rvvk::MoeScoring::kSigmoid;
+  a.renormalize = true;
+  if (!kQwen3) {
+    a.bias = bias.data();
+    a.num_groups = 8;
+    a.topk_group = 4;
+    a.group_score = rvvk::MoeGroupScore::kTop2Sum;
+    a.scaling = 2.5f;
+  }
+  a.topk_weights = weights.data();
+  a.weights_stride = kTopk;
+  a.topk_ids = ids.data();
+  a.ids_stride = kTopk;
+  return [] { rvvk::moe_topk(a, 0, M); };
+}
+
 std::function<void()> rope_case() {
   // One decode token: 12 query heads and 2 KV heads of 128, full rotary, neox, bf16 cos/sin
   // table (SGLang converts it to the query's dtype), new outputs like rvv-ops' op.
@@ -475,6 +509,9 @@ const std::map<std::string, Case>& cases() {
       {"rmsnorm_bf16_1536", {"rmsnorm", rmsnorm_case}},
       {"silu_and_mul_bf16_8960", {"act_and_mul", silu_and_mul_case}},
       {"rope_neox_bf16_qwen2.5-1.5b", {"rotary_embedding", rope_case}},
+      {"moe_routing_qwen3-30b-a3b_m1", {"moe_topk", moe_routing_case<1, true>}},
+      {"moe_routing_qwen3-30b-a3b_m16", {"moe_topk", moe_routing_case<16, true>}},
+      {"moe_routing_deepseek-v3_m1", {"moe_topk", moe_routing_case<1, false>}},
       // Qwen2.5-1.5B's MLP up/gate projection at decode, and a prefill-sized square layer.
       {"linear_bf16_m1_k1536_n8960", {"linear", linear_case<1, 1536, 8960>, 1536 * 8960 * 2}},
       {"linear_bf16_m64_k1536_n1536", {"linear", linear_case<64, 1536, 1536>}},

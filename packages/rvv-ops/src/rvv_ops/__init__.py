@@ -21,6 +21,9 @@ Importing this package loads ``rvv_ops/_C.so``, which registers
 - mixture-of-experts layers (see ``rvv_ops.moe``): ``fused_experts_cpu`` (unquantised and
   W8A8 int8 experts, weights packed by ``convert_weight_packed`` from ``[E, N, K]``),
   ``shared_expert_cpu``
+- mixture-of-experts routing (see ``rvv_ops.moe_routing``): ``topk_softmax_cpu``,
+  ``topk_sigmoid_cpu``, ``grouped_topk_cpu``, ``biased_grouped_topk_cpu``,
+  ``fused_moe_router_cpu``
 
 with SGLang's names and arguments, so SGLang's CPU code paths find them, plus Meta
 kernels (the checks that need no data, then empty outputs) for fake tensors and
@@ -60,6 +63,13 @@ from rvv_ops.linear import (
     weight_packed_linear,
 )
 from rvv_ops.moe import fused_experts, shared_expert
+from rvv_ops.moe_routing import (
+    biased_grouped_topk,
+    fused_moe_router,
+    grouped_topk,
+    topk_sigmoid,
+    topk_softmax,
+)
 from rvv_ops.rmsnorm import fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, rmsnorm
 from rvv_ops.rotary import rotary_embedding
 
@@ -70,6 +80,7 @@ __all__ = [
     "BuildInfo",
     "CpuInfo",
     "__version__",
+    "biased_grouped_topk",
     "build_info",
     "convert_int4_weight",
     "convert_weight_packed",
@@ -80,10 +91,12 @@ __all__ = [
     "fp8_scaled_mm",
     "fused_add_rmsnorm",
     "fused_experts",
+    "fused_moe_router",
     "gelu_and_mul",
     "gelu_tanh_and_mul",
     "gemma_fused_add_rmsnorm",
     "gemma_rmsnorm",
+    "grouped_topk",
     "int4_scaled_mm",
     "int4_w4a16_mm",
     "int8_scaled_mm",
@@ -95,6 +108,8 @@ __all__ = [
     "set_variant",
     "shared_expert",
     "silu_and_mul",
+    "topk_sigmoid",
+    "topk_softmax",
     "weight_packed_linear",
 ]
 __version__ = "0.1.0"

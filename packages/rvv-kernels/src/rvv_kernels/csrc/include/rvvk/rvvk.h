@@ -378,6 +378,63 @@ inline std::int64_t moe_stage_tasks(const MoeExpertsArgs& a, MoeStage s) {
   }
   return 0;
 }
+// Mixture-of-experts routing (moe_topk): per token, a score for each of `experts` experts
+// from its gating logits, then the `topk` experts with the highest selection values, their
+// weights and ids.
+//  1. logits: row t of `logits` ([tokens, experts], row stride logits_stride elements,
+//     dtype logits_dtype), or, when router_weight is set, the fp32 dot products
+//     logit[e] = sum_k hidden[t, k] * router_weight[e, k] (Grok's fused router: `hidden`
+//     [tokens, hidden_size], `router_weight` [experts, hidden_size], fp32 accumulation);
+//  2. soft cap (softcap > 0): logit = softcap * tanh(logit / softcap);
+//  3. bias_on_logits: logit += bias[e] (the fused router adds its bias before scoring);
+//  4. score = softmax over the experts (kSoftmax) or sigmoid(logit) (kSigmoid);
+//  5. selection value = score + bias[e] (bias set and not bias_on_logits: DeepSeek-V3's
+//     correction bias, for the choice only), else the score;
+//  6. groups (num_groups > 1; experts divisible by it, experts_per_group consecutive experts
+//     each): a group's value is the maximum of its selection values (kMax, SGLang's
+//     grouped_topk) or the sum of its two highest (kTop2Sum, biased_grouped_topk; a group
+//     of one expert: that value); the topk_group groups with the highest values are kept and
+//     only their experts are candidates;
+//  7. the topk candidates with the highest selection values, highest first. Ties go to the
+//     lowest expert id (and, for groups, the lowest group id). A NaN selection value ranks
+//     below every number; if fewer than topk candidates have numbers, the lowest unchosen
+//     ids fill the remaining slots;
+//  8. topk_weights[t, j] = the (unbiased, unless bias_on_logits) score of expert
+//     topk_ids[t, j]; with renormalize divided by their sum (fp32, in slot order; a zero sum
+//     leaves them unchanged); then multiplied by `scaling` (routed_scaling_factor).
+// The caller validates: 1 <= topk <= number of candidates, 1 <= topk_group <= num_groups.
+// Scratch: 4 * experts floats on the stack up to kMoeStackExperts experts, heap beyond.
+enum class MoeScoring : int { kSoftmax = 0, kSigmoid = 1 };
+enum class MoeGroupScore : int { kMax = 0, kTop2Sum = 1 };
+inline constexpr std::int64_t kMoeStackExperts = 512;
+struct MoeTopkArgs {
+  std::int64_t experts = 0;
+  std::int64_t topk = 0;
+  DType logits_dtype = DType::kF32;  // kF32, kBF16, kF16
+  const void* logits = nullptr;      // [tokens, experts]; unused with router_weight
+  std::int64_t logits_stride = 0;
+  // Fused router (router_weight != nullptr): logits from hidden @ router_weight^T.
+  DType hidden_dtype = DType::kF32;  // kF32, kBF16, kF16
+  const void* hidden = nullptr;      // [tokens, hidden_size], row stride hidden_stride
+  std::int64_t hidden_stride = 0;
+  std::int64_t hidden_size = 0;
+  DType router_dtype = DType::kF32;  // kF32, kBF16, kF16
+  const void* router_weight = nullptr;  // [experts, hidden_size], row stride router_stride
+  std::int64_t router_stride = 0;
+  MoeScoring scoring = MoeScoring::kSoftmax;
+  float softcap = 0.0f;          // > 0: logits soft-capped first
+  const float* bias = nullptr;   // [experts] or null
+  bool bias_on_logits = false;   // bias added to the logits (else to the scores, for choice)
+  std::int64_t num_groups = 1;   // > 1: grouped selection
+  std::int64_t topk_group = 1;
+  MoeGroupScore group_score = MoeGroupScore::kMax;
+  bool renormalize = false;
+  float scaling = 1.0f;          // weights multiplied by it last
+  float* topk_weights = nullptr;  // [tokens, topk], row stride weights_stride
+  std::int64_t weights_stride = 0;
+  std::int32_t* topk_ids = nullptr;  // [tokens, topk], row stride ids_stride
+  std::int64_t ids_stride = 0;
+};
 
 #define RVVK_KERNEL(name, params, args) void name params;
 #include "rvvk/kernels.def"
