@@ -44,6 +44,19 @@ def test_only_decoder_linear_weights_are_quantised() -> None:
     assert quant.quantised_names(names) == [names[1], names[3]]
 
 
+def test_moe_experts_are_quantised_but_not_their_routers() -> None:
+    names = [
+        "model.layers.0.mlp.gate.weight",  # the router
+        "model.layers.0.mlp.experts.0.gate_proj.weight",
+        "model.layers.0.mlp.experts.15.down_proj.weight",
+        "model.layers.1.mlp.shared_expert.up_proj.weight",
+        "model.layers.1.mlp.shared_expert_gate.weight",
+    ]
+    assert quant.quantised_names(names) == names[1:4]
+    with pytest.raises(ValueError, match=r"quantised in w8a8 only"):
+        demo.ensure_quantized("qwen3-moe", "awq")
+
+
 def test_write_refuses_unknown_formats_and_missing_checkpoints(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"fmt='int3': expected one of"):
         quant.write(tmp_path, tmp_path / "out", "int3")

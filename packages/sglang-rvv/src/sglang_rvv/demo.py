@@ -1,10 +1,25 @@
-"""The bundled demo models: a tiny Qwen2 and a tiny Llama, made locally and deterministically.
+"""The bundled demo models: a tiny Qwen2 and a tiny Llama, and two tiny mixture-of-experts
+models (Qwen3-MoE without and Qwen2-MoE with a gated shared expert), made locally and
+deterministically.
 
 Nothing is downloaded. A byte-level BPE tokenizer is trained on a small built-in corpus, a
 model with a few hundred thousand parameters is initialised with a fixed seed and trained for a
 few hundred steps on the same corpus (so that greedy decoding produces recognisable text
 rather than noise, and the top logit is rarely a near-tie), and both are saved in the Hugging
-Face layout SGLang loads. ``python -m sglang_rvv.demo --out DIR [--arch qwen2|llama]``.
+Face layout SGLang loads. ``python -m sglang_rvv.demo --out DIR [--arch ARCH]`` with ARCH one of
+``qwen2``, ``llama`` (:data:`ARCHS`), ``qwen3-moe`` or ``qwen2-moe`` (:data:`MOE_ARCHS`).
+
+The MoE models keep the dense ones' attention (hidden 64, 2 layers, 4 heads, 2 KV heads of 16)
+and replace every MLP by experts whose sizes are deliberately not multiples of 16:
+
+- ``qwen3-moe`` (``Qwen3MoeForCausalLM``): 16 experts of intermediate size 44, top-2,
+  renormalised (``norm_topk_prob``), no shared expert; Qwen3's q/k RMSNorm.
+- ``qwen2-moe`` (``Qwen2MoeForCausalLM``): 8 experts of intermediate size 24, top-2, not
+  renormalised, and a shared expert (intermediate 72) scaled by ``sigmoid`` of its own gate;
+  q/k/v biases.
+
+They are trained like the dense ones, with transformers' load-balancing loss (so that the
+tokens spread over the experts), and saved with one tensor per expert, as SGLang loads them.
 
 ``--quant FORMAT`` writes the same model quantised (:mod:`sglang_rvv.quant`: ``w8a8``, ``awq``,
 ``gptq``, ``fp8``, ``wna16``), and
@@ -22,6 +37,10 @@ from pathlib import Path
 from typing import Any
 
 ARCHS = ("qwen2", "llama")
+"""The dense demo models (the default test matrix of tests/test_e2e.py)."""
+MOE_ARCHS = ("qwen3-moe", "qwen2-moe")
+"""The mixture-of-experts demo models (tests/test_e2e_moe.py)."""
+ALL_ARCHS = ARCHS + MOE_ARCHS
 FORMAT_VERSION = 1
 """Bumped whenever the recipe changes, so cached models are rebuilt."""
 
@@ -114,6 +133,29 @@ def _config(arch: str, vocab: int, bos: int, eos: int) -> Any:
         from transformers import Qwen2Config
 
         return Qwen2Config(**common)
+    if arch == "qwen3-moe":
+        from transformers import Qwen3MoeConfig
+
+        return Qwen3MoeConfig(  # head_dim: hidden_size / heads = 16
+            num_experts=16,
+            num_experts_per_tok=2,
+            moe_intermediate_size=44,
+            norm_topk_prob=True,
+            router_aux_loss_coef=0.01,
+            **common,
+        )
+    if arch == "qwen2-moe":
+        from transformers import Qwen2MoeConfig
+
+        return Qwen2MoeConfig(
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=24,
+            shared_expert_intermediate_size=72,
+            norm_topk_prob=False,
+            router_aux_loss_coef=0.01,
+            **common,
+        )
     from transformers import LlamaConfig
 
     return LlamaConfig(head_dim=16, **common)
@@ -122,19 +164,29 @@ def _config(arch: str, vocab: int, bos: int, eos: int) -> Any:
 def build(out: Path, arch: str = "qwen2", *, steps: int = 300, seed: int = 0) -> Path:
     """Creates the demo model in ``out`` (replaced if present); returns ``out``."""
     import torch
-    from transformers import LlamaForCausalLM, Qwen2ForCausalLM
+    from transformers import (
+        LlamaForCausalLM,
+        Qwen2ForCausalLM,
+        Qwen2MoeForCausalLM,
+        Qwen3MoeForCausalLM,
+    )
 
-    if arch not in ARCHS:
-        raise ValueError(f"arch={arch!r}: expected one of {ARCHS}")
+    if arch not in ALL_ARCHS:
+        raise ValueError(f"arch={arch!r}: expected one of {ALL_ARCHS}")
     started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = _train_tokenizer(out)
     vocab = len(tokenizer)
     cfg = _config(arch, vocab, tokenizer.bos_token_id, tokenizer.eos_token_id)
     torch.manual_seed(seed)
-    cls = Qwen2ForCausalLM if arch == "qwen2" else LlamaForCausalLM
-    # (transformers' typing of the decorated Module.to rejects a dtype argument)
-    model = cls(cfg).to(torch.float32)  # type: ignore[arg-type]
+    classes: dict[str, Any] = {
+        "qwen2": Qwen2ForCausalLM,
+        "llama": LlamaForCausalLM,
+        "qwen3-moe": Qwen3MoeForCausalLM,
+        "qwen2-moe": Qwen2MoeForCausalLM,
+    }
+    moe = arch in MOE_ARCHS
+    model = classes[arch](cfg).to(torch.float32)
 
     ids = torch.tensor(tokenizer(_CORPUS)["input_ids"], dtype=torch.long)
     seq = 64
@@ -144,7 +196,9 @@ def build(out: Path, arch: str = "qwen2", *, steps: int = 300, seed: int = 0) ->
     for step in range(steps):
         starts = torch.randint(0, ids.numel() - seq - 1, (8,), generator=gen)
         batch = torch.stack([ids[s : s + seq + 1] for s in starts.tolist()])
-        loss = model(input_ids=batch[:, :-1], labels=batch[:, :-1].clone()).loss
+        # MoE: the loss includes the router's load-balancing term (router_aux_loss_coef)
+        extra = {"output_router_logits": True} if moe else {}
+        loss = model(input_ids=batch[:, :-1], labels=batch[:, :-1].clone(), **extra).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -197,6 +251,11 @@ def ensure_quantized(
     model (built first if needed) when missing or older than it."""
     from sglang_rvv import quant
 
+    if arch in MOE_ARCHS and fmt != "w8a8":
+        raise ValueError(
+            f"arch={arch!r} with fmt={fmt!r}: the MoE demo models are quantised in w8a8 only "
+            "(SGLang's other quantised MoE methods do not run on a CPU)"
+        )
     src = ensure(arch)
     target = out or quant_dir(arch, fmt, dequantized=dequantized)
     stamp = target / "rvv_sglang_quant.json"
@@ -220,7 +279,7 @@ def ensure_quantized(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sglang_rvv.demo", description=__doc__)
-    parser.add_argument("--arch", choices=ARCHS, default="qwen2", help="model family")
+    parser.add_argument("--arch", choices=ALL_ARCHS, default="qwen2", help="model family")
     parser.add_argument("--out", type=Path, help="target directory (default: the cache)")
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
     parser.add_argument(

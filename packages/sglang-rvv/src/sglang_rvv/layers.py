@@ -24,7 +24,19 @@ SGLang method                                                   RVV op
 ``quantization.w8a8_int8.W8A8Int8LinearMethod``                 ``convert_weight_packed`` (int8)
 (``process_weights_after_loading``, ``apply``)                  once at load,
                                                                 ``int8_scaled_mm_with_quant``
+``moe.topk.fused_topk_native`` / ``grouped_topk`` /             ``topk_softmax_cpu`` /
+``biased_grouped_topk`` (expert selection)                      ``topk_sigmoid_cpu`` /
+                                                                ``grouped_topk_cpu`` /
+                                                                ``biased_grouped_topk_cpu``
+``quantization.unquant.UnquantizedFusedMoEMethod``              ``convert_weight_packed`` of the
+(``process_weights_after_loading``, ``forward_native``)          3-D expert weights once at load,
+                                                                ``fused_experts_cpu``
 =============================================================  =================================
+
+The MoE rows are :mod:`sglang_rvv.moe` (registered here when rvv-ops has the ops; what they
+leave to SGLang's torch code is logged once and counted as ``fallback <what>``). That module
+also makes Qwen2-MoE start on a CPU at all, routing on or off (its shared-expert gate is a
+triton kernel in SGLang).
 
 AWQ and GPTQ int4 checkpoints: SGLang uses its CPU quantisation configs (``AWQCPUConfig``,
 ``CPUGPTQConfig``, whose kernels call ``convert_weight_packed_scale_zp`` once at load and
@@ -824,6 +836,9 @@ def maybe_enable() -> bool:
             hooks += INT4_HOOKS + WNA16_HOOKS
         if hasattr(torch.ops.sgl_kernel, "fp8_scaled_mm_cpu"):
             hooks += FP8_HOOKS
+        from sglang_rvv import moe
+
+        hooks += moe.routed_hooks()
     else:
         logger.warning(
             "sglang-rvv: the installed rvv-ops has no %s: linear layers stay on torch",

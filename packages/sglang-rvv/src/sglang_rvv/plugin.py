@@ -14,7 +14,8 @@ per-token scales, read by the ``rvv`` backend) and routes SGLang's CPU model lay
 ops when ``SGLANG_RVV_LAYERS`` asks for it (:mod:`sglang_rvv.layers`), and makes
 ``--tp-size N`` start on CPU hosts (:mod:`sglang_rvv.tp`). It adds a check SGLang lacks: a
 prompt's token ids must be in the model's vocabulary (:mod:`sglang_rvv.validate`; an id outside
-it ends SGLang 0.5.23's scheduler).
+it ends SGLang 0.5.23's scheduler), and makes Qwen2-MoE start on a CPU (its shared-expert gate
+is a triton kernel in SGLang; :mod:`sglang_rvv.moe`).
 """
 
 from __future__ import annotations
@@ -58,9 +59,10 @@ def register() -> None:
     if BACKEND_NAME not in ATTENTION_BACKEND_CHOICES:
         ATTENTION_BACKEND_CHOICES.append(BACKEND_NAME)
 
-    from sglang_rvv import kv_int8, layers, tp, validate
+    from sglang_rvv import kv_int8, layers, moe, tp, validate
 
     kv_int8.register()
+    moe.register_cpu_fixes()
     tp.register()
     validate.register()
     layers.maybe_enable()

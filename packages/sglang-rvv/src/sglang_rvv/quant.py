@@ -73,13 +73,16 @@ _AWQ_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)
 """The formats :func:`write` knows."""
 
 _LINEAR = re.compile(
-    r"^model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)\.weight$"
+    r"^model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj"
+    r"|mlp\.(experts\.\d+\.|shared_expert\.)?(gate|up|down)_proj)\.weight$"
 )
+"""Decoder linear weights: attention projections, the MLP's, and a MoE model's experts' and
+shared expert's (not its router ``mlp.gate`` or ``shared_expert_gate``)."""
 
 
 def quantised_names(names: list[str]) -> list[str]:
     """The tensor names of a decoder checkpoint that the formats quantise (2-D linear weights
-    of the decoder layers), in the given order."""
+    of the decoder layers, MoE experts included), in the given order."""
     return [n for n in names if _LINEAR.match(n)]
 
 

@@ -1,10 +1,11 @@
 """``python -m sglang_rvv.serve``: SGLang with ``--attention-backend rvv``, ready to query.
 
 Without ``--model-path`` it serves the bundled demo model (built on first use, see
-:mod:`sglang_rvv.demo`). Any other argument is passed to ``sglang serve``. It sets
-SGLang's CPU mode (``SGLANG_USE_CPU_ENGINE=1``), starts the server, waits (bounded, with
-progress) until ``/health`` answers, prints how to query it, and keeps serving until
-interrupted (Ctrl-C) or until the server exits.
+:mod:`sglang_rvv.demo`; ``--demo-arch qwen2|llama|qwen3-moe|qwen2-moe`` picks one). Any other
+argument is passed to ``sglang serve``. It sets SGLang's CPU mode
+(``SGLANG_USE_CPU_ENGINE=1``), starts the server, waits (bounded, with progress) until
+``/health`` answers, prints how to query it, and keeps serving until interrupted (Ctrl-C) or
+until the server exits.
 
 SGLang's own warm-up request runs (one short generation before ``/health`` answers): with
 ``--skip-server-warmup``, SGLang 0.5.23 posts its post-warm-up ``/freeze_gc`` before its HTTP
@@ -301,7 +302,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--model-path", help="a model directory (default: the demo model)")
     parser.add_argument(
-        "--demo-arch", choices=("qwen2", "llama"), default="qwen2", help="which demo model"
+        "--demo-arch",
+        choices=("qwen2", "llama", "qwen3-moe", "qwen2-moe"),
+        default="qwen2",
+        help="which demo model (qwen3-moe, qwen2-moe: the mixture-of-experts ones; with the "
+        "RVV MoE ops layer routing runs their experts in fused_experts_cpu)",
     )
     parser.add_argument(
         "--demo-quant",
@@ -325,6 +330,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if args.model_path and args.demo_quant:
         parser.error("--demo-quant serves the demo model: drop --model-path")
+    if args.demo_quant not in (None, "w8a8") and args.demo_arch.endswith("-moe"):
+        parser.error(
+            f"--demo-quant {args.demo_quant} with --demo-arch {args.demo_arch}: the MoE demo "
+            "models are quantised in w8a8 only"
+        )
 
     env = dict(os.environ)
     if args.model_path:
