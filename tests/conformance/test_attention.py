@@ -179,7 +179,13 @@ def test_kernel_and_fallback_agree(kind: str, name: str, monkeypatch: pytest.Mon
 
 
 def test_extend_chunks_queries_in_the_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A tiny score budget forces one query per chunk: same numbers as one chunk."""
+    """A tiny score budget forces one query per chunk: the numbers of one chunk.
+
+    Not bit for bit: torch's fp32 matmul may sum in another order for another number of
+    query rows (its CPU GEMM picks kernels by shape; on a Sapphire Rapids host one row and
+    many rows differ in the last fp32 bits), so the bf16 outputs may differ by one rounding.
+    A query attending to the wrong keys, or written to the wrong row, differs by far more.
+    """
     from rvv_attention import _fallback
 
     use_impl("fallback", monkeypatch)
@@ -188,7 +194,12 @@ def test_extend_chunks_queries_in_the_fallback(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(_fallback, "_SCORE_BUDGET", 1)
     ra.clear_cache()
     chunked = run_extend(case, seed=1)[0].args["o_extend"]
-    assert same_bits(whole, chunked)
+    assert whole.shape == chunked.shape and whole.dtype == chunked.dtype
+    # One bf16 step apart at most (2^-7 of the larger value: bf16 keeps 8 significant bits),
+    # plus fp32 ordering noise of outputs that are sums of terms around 1 cancelling to ~0.
+    a, b = whole.float(), chunked.float()
+    diff = (a - b).abs()
+    assert bool((diff <= 2.0**-7 * torch.maximum(a.abs(), b.abs()) + 1e-6).all()), float(diff.max())
 
 
 def test_call_the_kernel_cannot_run_falls_back_in_auto_mode(
