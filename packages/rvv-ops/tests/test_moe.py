@@ -128,6 +128,26 @@ def w8a8_reference(
     return out.sum(1), tol.sum(1)
 
 
+def unquant_args(
+    x: Tensor,
+    w13: Tensor,
+    w2: Tensor,
+    weights: Tensor,
+    ids: Tensor,
+    *,
+    inplace: bool = False,
+    b13: Tensor | None = None,
+    b2: Tensor | None = None,
+    packed: bool = True,
+    activation: str | None = "silu",
+) -> tuple[object, ...]:
+    """fused_experts_cpu's 18 positional arguments as SGLang's unquantised MoE passes them."""
+    scales_zeros_block = (None, None, None, None, None)  # w1/w2_scale, w1/w2_zero, block_size
+    alpha_limit = (None, None)
+    return (x, w13, w2, weights, ids, inplace, UNQUANT, *scales_zeros_block, b13, b2,
+            *alpha_limit, packed, activation)  # fmt: skip
+
+
 def moe_cases() -> Iterator[tuple[int, int, int, int, int]]:
     """(experts, topk, tokens, hidden, intermediate)"""
     i = 0
@@ -166,24 +186,9 @@ def test_fused_experts_float(experts: int, topk: int, tokens: int, hidden: int, 
     args13 = OPS.convert_weight_packed(w13) if packed else w13
     args2 = OPS.convert_weight_packed(w2) if packed else w2
     got = OPS.fused_experts_cpu(
-        x,
-        args13,
-        args2,
-        weights,
-        ids,
-        False,
-        UNQUANT,
-        None,
-        None,
-        None,
-        None,
-        None,
-        b13,
-        b2,
-        None,
-        None,
-        packed,
-        activation,
+        *unquant_args(
+            x, args13, args2, weights, ids, b13=b13, b2=b2, packed=packed, activation=activation
+        )
     )
     assert got.shape == x.shape and got.dtype == dtype
     want, mag = float_reference(x, w13, w2, weights, ids, b13, b2, activation)
@@ -250,25 +255,11 @@ def test_fused_experts_every_variant(variant: str) -> None:
     w2 = (torch.randn(6, 40, 24, generator=g) / 5).bfloat16()
     weights, ids = routing(7, 6, 2, g)
     got = OPS.fused_experts_cpu(
-        x,
-        OPS.convert_weight_packed(w13),
-        OPS.convert_weight_packed(w2),
-        weights,
-        ids,
-        False,
-        UNQUANT,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        True,
-        None,
-    )
+        *unquant_args(
+            x, OPS.convert_weight_packed(w13), OPS.convert_weight_packed(w2), weights, ids,
+            activation=None,
+        )
+    )  # fmt: skip
     want, mag = float_reference(x, w13, w2, weights, ids, None, None, "silu")
     assert bool(((got.double() - want).abs() <= 80 * 2.0**-24 * mag + 2**-8 * want.abs()).all())
 
@@ -279,16 +270,14 @@ def test_fused_experts_inplace_and_empty() -> None:
     w13 = torch.randn(3, 2 * 8, 16, generator=g)
     w2 = torch.randn(3, 16, 8, generator=g)
     weights, ids = routing(5, 3, 2, g)
-    args = (w13, w2, weights, ids)
-    rest = (None, None, None, None, None, None, None, None, None, False, "silu")
-    want = OPS.fused_experts_cpu(x, *args, False, UNQUANT, *rest)
+    want = OPS.fused_experts_cpu(*unquant_args(x, w13, w2, weights, ids, packed=False))
     y = x.clone()
-    got = OPS.fused_experts_cpu(y, *args, True, UNQUANT, *rest)
+    got = OPS.fused_experts_cpu(*unquant_args(y, w13, w2, weights, ids, inplace=True, packed=False))
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     torch.testing.assert_close(y, want, rtol=0, atol=0)
     assert got.data_ptr() != y.data_ptr()
     # Zero tokens: an empty result, nothing read.
-    e = OPS.fused_experts_cpu(x[:0], w13, w2, weights[:0], ids[:0], False, UNQUANT, *rest)
+    e = OPS.fused_experts_cpu(*unquant_args(x[:0], w13, w2, weights[:0], ids[:0], packed=False))
     assert e.shape == (0, 16)
 
 
@@ -298,13 +287,13 @@ def test_fused_experts_results_do_not_depend_on_threads() -> None:
     w13 = OPS.convert_weight_packed(torch.randn(16, 2 * 80, 96, generator=g))
     w2 = OPS.convert_weight_packed(torch.randn(16, 96, 80, generator=g))
     weights, ids = routing(9, 16, 4, g)
-    rest = (None, None, None, None, None, None, None, None, None, True, "silu")
+    args = unquant_args(x, w13, w2, weights, ids)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = OPS.fused_experts_cpu(x, w13, w2, weights, ids, False, UNQUANT, *rest)
+        one = OPS.fused_experts_cpu(*args)
         torch.set_num_threads(max(2, threads))
-        many = OPS.fused_experts_cpu(x, w13, w2, weights, ids, False, UNQUANT, *rest)
+        many = OPS.fused_experts_cpu(*args)
     finally:
         torch.set_num_threads(threads)
     torch.testing.assert_close(one, many, rtol=0, atol=0)
@@ -388,31 +377,8 @@ def _opcheck_samples() -> list[tuple[str, tuple[object, ...]]]:
         w13 = torch.randn(5, 16, 24, generator=g).to(dtype)
         w2 = torch.randn(5, 24, 8, generator=g).to(dtype)
         weights, ids = routing(4, 5, 2, g)
-        out.append(
-            (
-                f"fused {dtype}",
-                (
-                    x,
-                    OPS.convert_weight_packed(w13),
-                    OPS.convert_weight_packed(w2),
-                    weights,
-                    ids,
-                    False,
-                    UNQUANT,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    True,
-                    "silu",
-                ),
-            )
-        )
+        packed13, packed2 = OPS.convert_weight_packed(w13), OPS.convert_weight_packed(w2)
+        out.append((f"fused {dtype}", unquant_args(x, packed13, packed2, weights, ids)))
     x = torch.randn(3, 24, generator=g)
     out.append(
         (
@@ -554,22 +520,8 @@ def test_fused_experts_refuses_mixed_packings() -> None:
     w2 = OPS.convert_weight_packed(torch.randn(2, 24, 8, generator=g))
     with pytest.raises(ValueError, match=r"w1\[1\] has a packed-weight header unlike"):
         OPS.fused_experts_cpu(
-            torch.randn(2, 24),
-            mixed,
-            w2,
-            torch.ones(2, 1),
-            torch.zeros(2, 1, dtype=torch.int32),
-            False,
-            UNQUANT,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            True,
-            None,
-        )
+            *unquant_args(
+                torch.randn(2, 24), mixed, w2, torch.ones(2, 1),
+                torch.zeros(2, 1, dtype=torch.int32), activation=None,
+            )
+        )  # fmt: skip
