@@ -5,34 +5,15 @@ in torch, expert selection through the routing ops, ``UnquantizedFusedMoEMethod`
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-from typing import Any
-
 import pytest
 import torch
 from sglang_rvv import moe
-
-needs_ops = pytest.mark.skipif(
-    bool(moe.missing_ops()), reason=f"the installed rvv-ops lacks {moe.missing_ops()}"
-)
+from test_plugin import _run
 
 
-def _run(code: str, **env: str) -> Any:
-    """Runs ``code`` with SGLang in CPU mode; it prints one JSON line last."""
-    res = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1", **env},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert res.returncode == 0, res.stderr[-4000:]
-    return json.loads(res.stdout.strip().splitlines()[-1]), res.stderr
+def test_rvv_ops_has_the_moe_ops() -> None:
+    # The routing and fused-experts tests below need them; a build without them fails here.
+    assert not moe.missing_ops(), f"the installed rvv-ops lacks {moe.missing_ops()}"
 
 
 _GATE_SCRIPT = """
@@ -156,7 +137,6 @@ _ROUTING_SCRIPT = """
 """
 
 
-@needs_ops
 def test_expert_selection_routes_to_the_routing_ops() -> None:
     out, err = _run(_ROUTING_SCRIPT, SGLANG_RVV_LAYERS="1")
     calls = out["calls"]
@@ -249,7 +229,6 @@ _EXPERTS_SCRIPT = """
 """
 
 
-@needs_ops
 def test_unquantised_moe_runs_fused_experts_on_weights_packed_once() -> None:
     out, err = _run(_EXPERTS_SCRIPT, SGLANG_RVV_LAYERS="1")
     calls = out["calls"]
@@ -333,7 +312,6 @@ _W8A8_SCRIPT = """
 """
 
 
-@needs_ops
 def test_w8a8_moe_runs_fused_experts_int8() -> None:
     """W8A8 int8 experts (SGLang's CPU path without AMX is a triton kernel) through
     ``fused_experts_cpu`` with ``INT8_W8A8``, against the dequantised weights in fp64 with
