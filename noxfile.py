@@ -8,6 +8,7 @@ through tools/provision.sh (idempotent, cached under ~/.cache/rvv-sglang).
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -44,12 +45,59 @@ TRANSFORMERS = "transformers==5.24.0"
 CONFORMANCE = "tests/conformance"
 
 
+def ops_wheel_key(torch_spec: str) -> str | None:
+    """A key for rvv-ops' wheel built against ``torch_spec``: a hash of the torch pin, this
+    Python and the contents of rvv-kernels' and rvv-ops' tracked files (None outside a git
+    checkout: no caching then)."""
+    import hashlib
+    import subprocess
+
+    try:
+        files = subprocess.run(
+            ["git", "ls-files", "-z", "--", KERNELS, OPS],
+            cwd=ROOT, check=True, capture_output=True,
+        ).stdout.decode().split("\0")  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    digest = hashlib.sha256(f"{torch_spec}\n{sys.version}\n".encode())
+    for name in sorted(f for f in files if f):
+        path = ROOT / name
+        digest.update(name.encode() + b"\0")
+        digest.update(path.read_bytes() if path.is_file() else b"(deleted)")
+    return digest.hexdigest()[:16]
+
+
+def install_ops_wheel(session: nox.Session, torch_spec: str) -> None:
+    """Installs rvv-ops built against the torch installed in the session (``torch_spec``),
+    without build isolation. The wheel is kept under build/ops-wheels/<key> (ops_wheel_key):
+    the sessions with the same torch pin build it once per source state instead of once
+    each."""
+    key = ops_wheel_key(torch_spec)
+    if key is None:
+        session.install("--no-build-isolation", "--force-reinstall", "--no-deps", OPS)
+        return
+    cache = ROOT / "build" / "ops-wheels" / key
+    wheels = sorted(cache.glob("rvv_ops-*.whl"))
+    if not wheels:
+        tmp = cache.with_name(f"{key}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)  # a build that was interrupted
+        session.run(
+            "python", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(tmp),
+            OPS,
+        )  # fmt: skip
+        tmp.rename(cache)
+        wheels = sorted(cache.glob("rvv_ops-*.whl"))
+    else:
+        session.log(f"rvv-ops: the wheel built for this source state, {wheels[0]}")
+    session.install("--force-reinstall", "--no-deps", str(wheels[0]))
+
+
 def install_ops(session: nox.Session) -> None:
     """Installs torch, rvv-kernels and rvv-ops (built against that torch)."""
     session.install(TORCH, "numpy", "pytest", "hatchling")
     session.install(KERNELS)
     # No build isolation: rvv-ops must compile against the torch installed here.
-    session.install("--no-build-isolation", "--force-reinstall", "--no-deps", OPS)
+    install_ops_wheel(session, TORCH)
 
 
 @nox.session(name="kernels-tests")
@@ -164,7 +212,7 @@ def install_sglang(session: nox.Session) -> None:
         "hatchling",
     )
     session.install(KERNELS)
-    session.install("--no-build-isolation", "--force-reinstall", "--no-deps", OPS)
+    install_ops_wheel(session, " ".join(SGLANG_TORCH))
     session.install("--no-deps", "--force-reinstall", ATTENTION, SGLANG_RVV)
 
 
@@ -197,8 +245,9 @@ def sglang_quant(session: nox.Session) -> None:
 @nox.session(name="sglang-moe")
 def sglang_moe(session: nox.Session) -> None:
     """The MoE demo models (Qwen3-MoE, Qwen2-MoE with a shared expert) end to end in fp32 and
-    bf16: rvv with layer routing (routing and fused-experts ops) against torch_native (about
-    5 minutes; sglang-tests runs the fp32 half)."""
+    bf16: rvv with layer routing (routing and fused-experts ops) against torch_native, and
+    quantised (Qwen3-MoE W8A8; Qwen2-MoE AWQ, GPTQ, FP8) against their dequantised twins
+    (about 12 minutes; sglang-tests runs the fp32 half of the first part)."""
     install_sglang(session)
     session.run(
         "pytest", f"{SGLANG_RVV}/tests/test_e2e_moe.py", "-v", "-s", *session.posargs,

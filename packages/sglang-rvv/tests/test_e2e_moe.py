@@ -216,23 +216,41 @@ def test_routed_moe_agrees_in_bf16(moe_served: Any, arch: str) -> None:
 
 W8A8_TOP1 = 0.98
 """Share of teacher-forced positions whose top-1 token agrees with the dequantised model
-(test_e2e_quant's W8A8 criterion)."""
+(test_e2e_quant's W8A8 / W4A8 criterion)."""
+EXACT_LOGPROB = 1e-3
+"""test_e2e_quant's bound for formats whose activations stay unquantised (FP8 W8A16 in fp32
+computes the dequantised model, fp32 rounding in another order)."""
+
+_QUANT_OPS = {
+    "w8a8": ("int8_scaled_mm_with_quant", "convert_weight_packed"),
+    "awq": ("int4_scaled_mm_cpu", "convert_weight_packed_scale_zp"),
+    "gptq": ("int4_scaled_mm_cpu", "convert_weight_packed_scale_zp"),
+    "fp8": ("fp8_scaled_mm_cpu", "convert_weight_packed"),
+}
+"""Each format's linear-layer op and its load-time packing (counted by the dense hooks)."""
 
 
 @full
 @needs_ops
-def test_w8a8_moe_agrees_with_its_dequantised_twin(
-    tmp_path_factory: pytest.TempPathFactory,
+@pytest.mark.parametrize(
+    ("arch", "fmt"),
+    [("qwen3-moe", "w8a8"), ("qwen2-moe", "awq"), ("qwen2-moe", "gptq"), ("qwen2-moe", "fp8")],
+)
+def test_quantised_moe_agrees_with_its_dequantised_twin(
+    tmp_path_factory: pytest.TempPathFactory, arch: str, fmt: str
 ) -> None:
-    """The Qwen3-MoE demo quantised to W8A8 (experts and attention linears int8 per channel)
-    served in fp32 through the RVV ops (experts: ``fused_experts_cpu`` with ``INT8_W8A8``;
-    SGLang alone runs W8A8 MoE only with triton) against its dequantised fp32 twin on
-    torch_native: the only difference is the per-token int8 rounding of the activations."""
+    """A MoE demo model quantised (experts, shared expert and attention linears) served in fp32
+    through the RVV ops against its dequantised fp32 twin on torch_native. The experts run in
+    ``fused_experts_cpu``: ``INT8_W8A8`` and ``INT4_W4A8`` (AWQ / GPTQ) quantise the
+    activations per token, so they get test_e2e_quant's W8A8 bound (teacher-forced top-1
+    agreement); ``FP8_W8A16`` computes the dequantised model, so every top-1 and greedy
+    completion must be the twin's and logprobs agree to ``EXACT_LOGPROB``. SGLang alone runs
+    none of these experts on a CPU without AMX (triton, or an AMX assertion)."""
     from test_e2e_quant import _teacher_forced
 
-    tmp = tmp_path_factory.mktemp("e2e-moe-w8a8")
+    tmp = tmp_path_factory.mktemp(f"e2e-moe-{fmt}")
     ours = run_server(
-        demo.ensure_quantized("qwen3-moe", "w8a8"),
+        demo.ensure_quantized(arch, fmt),
         "rvv",
         routed=True,
         tmp=tmp,
@@ -240,7 +258,7 @@ def test_w8a8_moe_agrees_with_its_dequantised_twin(
         score=True,
     )
     ref = run_server(
-        demo.ensure_quantized("qwen3-moe", "w8a8", dequantized=True),
+        demo.ensure_quantized(arch, fmt, dequantized=True),
         "torch_native",
         routed=False,
         tmp=tmp,
@@ -250,13 +268,19 @@ def test_w8a8_moe_agrees_with_its_dequantised_twin(
     positions, same, worst = _teacher_forced(ours, ref)
     greedy = len(ours.sequential) - len(_identical(ours.sequential, ref.sequential))
     stats = ours.stats
+    op, pack = _QUANT_OPS[fmt]
     print(
-        f"[e2e-moe] qwen3-moe w8a8 (rvv, fp32) vs dequantised fp32 (torch_native): top-1 "
-        f"{same}/{positions} ({same / positions:.4f}), max |logprob diff| {worst:.4f}, greedy "
+        f"[e2e-moe] {arch} {fmt} (rvv, fp32) vs dequantised fp32 (torch_native): top-1 "
+        f"{same}/{positions} ({same / positions:.4f}), max |logprob diff| {worst:.2e}, greedy "
         f"{greedy}/{len(ours.sequential)} identical; fused_experts_cpu "
-        f"{stats.get('fused_experts_cpu')}, int8_scaled_mm_with_quant "
-        f"{stats.get('int8_scaled_mm_with_quant')}"
+        f"{stats.get('fused_experts_cpu')}, {op} {stats.get(op)}, {pack} {stats.get(pack)}"
     )
-    assert positions >= 500 and same / positions >= W8A8_TOP1
+    assert positions >= 500
+    if fmt == "fp8":
+        assert same == positions and worst <= EXACT_LOGPROB
+        assert greedy == len(ours.sequential)
+    else:
+        assert same / positions >= W8A8_TOP1
     _moe_stats(stats)
-    assert stats.get("int8_scaled_mm_with_quant", 0) > 0, stats  # the attention linears
+    assert stats.get(op, 0) > 0, stats  # the attention (and shared expert) linears
+    assert "weight_packed_linear" not in stats, stats  # no linear layer stayed unquantised

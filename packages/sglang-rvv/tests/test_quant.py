@@ -53,8 +53,12 @@ def test_moe_experts_are_quantised_but_not_their_routers() -> None:
         "model.layers.1.mlp.shared_expert_gate.weight",
     ]
     assert quant.quantised_names(names) == names[1:4]
-    with pytest.raises(ValueError, match=r"quantised in w8a8 only"):
+    with pytest.raises(ValueError, match=r"intermediate size \(44\) is not a multiple"):
         demo.ensure_quantized("qwen3-moe", "awq")
+    with pytest.raises(ValueError, match=r"not written as compressed-tensors WNA16"):
+        demo.ensure_quantized("qwen2-moe", "wna16")
+    assert demo.moe_quant_refusal("qwen2-moe", "fp8") is None
+    assert demo.moe_quant_refusal("qwen2", "wna16") is None
 
 
 def test_write_refuses_unknown_formats_and_missing_checkpoints(tmp_path: Path) -> None:

@@ -38,16 +38,22 @@ unsigned variant_vlen(const std::string& variant, const rvvk::CpuInfo& cpu) {
 
 }  // namespace rvvk_test
 
-// Usage: [RVVK_TEST_TIMES=1] [RVVK_TEST_VARIANTS=v1,v2] rvvk_tests [substring-filter ...]
-// (a test runs if its name contains any of the filters; all tests without one)
+// Usage: [RVVK_TEST_TIMES=1] [RVVK_TEST_VARIANTS=v1,v2] rvvk_tests [[-]substring ...]
+// (a test runs if its name contains any of the plain filters, all tests without one, and
+// none of the "-" ones)
 int main(int argc, char** argv) {
   using namespace rvvk_test;
   auto selected = [&](const std::string& name) {
-    if (argc < 2) return true;
+    bool any_plain = false, matched = false;
     for (int i = 1; i < argc; ++i) {
-      if (std::strstr(name.c_str(), argv[i])) return true;
+      if (argv[i][0] == '-') {
+        if (std::strstr(name.c_str(), argv[i] + 1)) return false;
+      } else {
+        any_plain = true;
+        matched = matched || std::strstr(name.c_str(), argv[i]) != nullptr;
+      }
     }
-    return false;
+    return !any_plain || matched;
   };
   // RVVK_TEST_TIMES=1: one "time [variant] test: seconds" line per test run.
   const char* times_env = std::getenv("RVVK_TEST_TIMES");

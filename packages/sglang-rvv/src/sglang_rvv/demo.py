@@ -10,13 +10,16 @@ Face layout SGLang loads. ``python -m sglang_rvv.demo --out DIR [--arch ARCH]`` 
 ``qwen2``, ``llama`` (:data:`ARCHS`), ``qwen3-moe`` or ``qwen2-moe`` (:data:`MOE_ARCHS`).
 
 The MoE models keep the dense ones' attention (hidden 64, 2 layers, 4 heads, 2 KV heads of 16)
-and replace every MLP by experts whose sizes are deliberately not multiples of 16:
+and replace every MLP by experts:
 
-- ``qwen3-moe`` (``Qwen3MoeForCausalLM``): 16 experts of intermediate size 44, top-2,
-  renormalised (``norm_topk_prob``), no shared expert; Qwen3's q/k RMSNorm.
-- ``qwen2-moe`` (``Qwen2MoeForCausalLM``): 8 experts of intermediate size 24, top-2, not
-  renormalised, and a shared expert (intermediate 72) scaled by ``sigmoid`` of its own gate;
-  q/k/v biases.
+- ``qwen3-moe`` (``Qwen3MoeForCausalLM``): 16 experts of intermediate size 44 (deliberately
+  not a multiple of 16), top-2, renormalised (``norm_topk_prob``), no shared expert; Qwen3's
+  q/k RMSNorm.
+- ``qwen2-moe`` (``Qwen2MoeForCausalLM``): 8 experts of intermediate size 32, top-2, not
+  renormalised, and a shared expert (intermediate 80) scaled by ``sigmoid`` of its own gate;
+  q/k/v biases. Its sizes are multiples of 16 so that the int4 formats' groups and the fp8
+  format's blocks (16) tile every expert weight, as SGLang's AWQ, GPTQ and FP8 MoE loaders
+  require: it is the MoE model the ``awq``, ``gptq`` and ``fp8`` formats quantise.
 
 They are trained like the dense ones, with transformers' load-balancing loss (so that the
 tokens spread over the experts), and saved with one tensor per expert, as SGLang loads them.
@@ -43,6 +46,14 @@ MOE_ARCHS = ("qwen3-moe", "qwen2-moe")
 ALL_ARCHS = ARCHS + MOE_ARCHS
 FORMAT_VERSION = 1
 """Bumped whenever the recipe changes, so cached models are rebuilt."""
+_ARCH_VERSION = {"qwen2-moe": 2}
+"""Archs whose own recipe changed since (version 2 of qwen2-moe: experts and shared expert
+sized in multiples of 16), so that only they are rebuilt."""
+
+
+def format_version(arch: str) -> int:
+    """The recipe version of ``arch``'s demo model (part of its cache directory's name)."""
+    return _ARCH_VERSION.get(arch, FORMAT_VERSION)
 
 _CORPUS = """\
 The vector unit reads a whole row of the cache at once. A row is a list of numbers.
@@ -83,7 +94,7 @@ def default_dir(arch: str = "qwen2") -> Path:
     base = os.environ.get("RVV_SGLANG_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rvv-sglang"
     )
-    return Path(base) / "demo-models" / f"tiny-{arch}-v{FORMAT_VERSION}"
+    return Path(base) / "demo-models" / f"tiny-{arch}-v{format_version(arch)}"
 
 
 def _train_tokenizer(out: Path) -> Any:
@@ -150,8 +161,8 @@ def _config(arch: str, vocab: int, bos: int, eos: int) -> Any:
         return Qwen2MoeConfig(
             num_experts=8,
             num_experts_per_tok=2,
-            moe_intermediate_size=24,
-            shared_expert_intermediate_size=72,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=80,
             norm_topk_prob=False,
             router_aux_loss_coef=0.01,
             **common,
@@ -210,7 +221,7 @@ def build(out: Path, arch: str = "qwen2", *, steps: int = 300, seed: int = 0) ->
     (out / "rvv_sglang_demo.json").write_text(
         json.dumps(
             {
-                "format_version": FORMAT_VERSION,
+                "format_version": format_version(arch),
                 "arch": arch,
                 "seed": seed,
                 "steps": steps,
@@ -233,7 +244,7 @@ def ensure(arch: str = "qwen2", out: Path | None = None) -> Path:
             meta = json.loads(stamp.read_text())
         except ValueError:
             meta = {}
-        if meta.get("format_version") == FORMAT_VERSION and meta.get("arch") == arch:
+        if meta.get("format_version") == format_version(arch) and meta.get("arch") == arch:
             return target
     return build(target, arch)
 
@@ -244,6 +255,29 @@ def quant_dir(arch: str, fmt: str, *, dequantized: bool = False) -> Path:
     return base.with_name(f"{base.name}-{fmt}{'-dequant-fp32' if dequantized else ''}")
 
 
+MOE_QUANT: dict[str, tuple[str, ...]] = {
+    "qwen3-moe": ("w8a8",),
+    "qwen2-moe": ("w8a8", "awq", "gptq", "fp8"),
+}
+"""The formats each MoE demo model is quantised in (experts included)."""
+
+
+def moe_quant_refusal(arch: str, fmt: str) -> str | None:
+    """Why the MoE demo model ``arch`` is not written in format ``fmt``, or None (also None
+    for the dense models)."""
+    if arch not in MOE_ARCHS or fmt in MOE_QUANT[arch]:
+        return None
+    if fmt == "wna16":
+        return (
+            "the MoE demo models are not written as compressed-tensors WNA16 (SGLang's WNA16 "
+            "MoE scheme runs GPU kernels only); use awq or gptq"
+        )
+    return (
+        f"{arch}'s expert intermediate size (44) is not a multiple of the {fmt} format's "
+        f"group / block (16), which SGLang's {fmt} MoE loader needs; use qwen2-moe"
+    )
+
+
 def ensure_quantized(
     arch: str = "qwen2", fmt: str = "w8a8", *, dequantized: bool = False, out: Path | None = None
 ) -> Path:
@@ -251,16 +285,14 @@ def ensure_quantized(
     model (built first if needed) when missing or older than it."""
     from sglang_rvv import quant
 
-    if arch in MOE_ARCHS and fmt != "w8a8":
-        raise ValueError(
-            f"arch={arch!r} with fmt={fmt!r}: the MoE demo models are quantised in w8a8 only "
-            "(SGLang's other quantised MoE methods do not run on a CPU)"
-        )
+    why = moe_quant_refusal(arch, fmt)
+    if why:
+        raise ValueError(f"arch={arch!r} with fmt={fmt!r}: {why}")
     src = ensure(arch)
     target = out or quant_dir(arch, fmt, dequantized=dequantized)
     stamp = target / "rvv_sglang_quant.json"
     want = {
-        "source_format_version": FORMAT_VERSION,
+        "source_format_version": format_version(arch),
         "arch": arch,
         "quant": fmt,
         "dequantized": dequantized,

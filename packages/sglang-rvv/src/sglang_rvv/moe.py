@@ -25,6 +25,15 @@ SGLang function or method                                       RVV op
 ``quantization.w8a8_int8.W8A8Int8MoEMethod``                    the same for int8 weights,
 (``process_weights_after_loading``, ``apply``)                  ``fused_experts_cpu``
                                                                 (``CPUQuantMethod.INT8_W8A8``)
+``quantization.fp8.Fp8MoEMethod`` (block-scaled fp8;            the same for fp8 weights (block
+``process_weights_after_loading``, ``apply``)                   scales to fp32),
+                                                                ``fused_experts_cpu``
+                                                                (``CPUQuantMethod.FP8_W8A16``)
+``hardware_backend.cpu.quantization`` ``AWQIntelAMXMoEKernel``  SGLang's own calls of
+/ ``GPTQIntelAMXMoEKernel`` (``process_weights_after_loading``,  ``convert_weight_packed_scale_zp``
+``apply``)                                                      and ``fused_experts_cpu``
+                                                                (``CPUQuantMethod.INT4_W4A8``),
+                                                                counted; GPTQ act-order refused
 ==============================================================  ==================================
 
 What the ops do not cover goes to SGLang's own code, and the reason is logged once per kind
@@ -36,10 +45,15 @@ registered (a warning names the ops); if an op disappears after that, the call f
 clear message naming it.
 
 SGLang runs W8A8 int8 MoE on a CPU only with AMX or on arm64 (elsewhere its path is a triton
-kernel); with routing on it runs through the op on any CPU. Not routed: ``shared_expert_cpu``,
-which SGLang calls only for DeepSeek's shared expert (Qwen2-MoE's shared expert is an
-ordinary MLP, whose linear layers and SiLU the dense hooks already route), and the other
-quantised MoE methods (AWQ / GPTQ / FP8 experts).
+kernel), and block-scaled FP8 MoE only with AMX (it asserts); with routing on both run
+through the op on any CPU. AWQ and GPTQ experts: with routing on, SGLang's CPU quantisation
+configs (:func:`sglang_rvv.layers.quantization_config`) pick its CPU int4 MoE kernels, which
+call the ops themselves; they are W4A8 (activations quantised per token), whatever
+``SGLANG_RVV_INT4_ACT`` says for the linear layers. The FP8 and INT4 hooks are registered
+when the installed rvv-ops' ``fused_experts_cpu`` runs those methods
+(``rvv_ops.moe.METHODS``). Not routed: ``shared_expert_cpu``, which SGLang calls only for
+DeepSeek's shared expert (Qwen2-MoE's shared expert is an ordinary MLP, whose linear layers
+and SiLU the dense hooks already route), per-tensor fp8 and MXFP4 experts.
 
 Independently of routing, :data:`CPU_FIX_HOOKS` make Qwen2-MoE start on a CPU at all: SGLang
 0.5.23 applies its shared expert's sigmoid gate with a triton kernel
@@ -76,6 +90,10 @@ UNQUANT = 0
 """SGLang's ``CPUQuantMethod.UNQUANT`` (``moe_comp_method`` of ``fused_experts_cpu``)."""
 INT8_W8A8 = 1
 """SGLang's ``CPUQuantMethod.INT8_W8A8``."""
+FP8_W8A16 = 2
+"""SGLang's ``CPUQuantMethod.FP8_W8A16`` (block-scaled fp8 experts, activations unquantised)."""
+INT4_W4A8 = 3
+"""SGLang's ``CPUQuantMethod.INT4_W4A8`` (AWQ / GPTQ experts, activations int8 per token)."""
 
 _PACKED = "_rvv_moe_packed"
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -340,10 +358,12 @@ def _fused_experts(
     scales: tuple[torch.Tensor | None, torch.Tensor | None],
     biases: tuple[torch.Tensor | None, torch.Tensor | None],
     alpha_limit: tuple[float | None, float | None],
+    block_size: list[int] | None = None,
 ) -> Any:
     """``fused_experts_cpu`` on a packed layer, with the arguments of SGLang's AMX branches
     (router weights applied to the input first when the model asks, as
-    ``apply_topk_weights_cpu`` does; int32 ids, fp32 weights), as a ``StandardCombineInput``."""
+    ``apply_topk_weights_cpu`` does; int32 ids, fp32 weights), as a ``StandardCombineInput``.
+    ``block_size``: the fp8 experts' [block_n, block_k]."""
     from sglang.srt.layers.moe.token_dispatcher import StandardCombineInput
 
     x = dispatch_output.hidden_states
@@ -368,7 +388,7 @@ def _fused_experts(
         scales[1],
         None,  # w1_zero
         None,  # w2_zero
-        None,  # block_size
+        block_size,
         biases[0],
         biases[1],
         alpha_limit[0],
@@ -412,6 +432,95 @@ def w8a8_apply(
         (None, None),
         (None, None),
     )
+
+
+def quant_methods() -> tuple[int, ...]:
+    """The ``CPUQuantMethod`` values the installed rvv-ops' ``fused_experts_cpu`` runs (an
+    older rvv-ops runs UNQUANT and INT8_W8A8 only)."""
+    import rvv_ops.moe
+
+    methods: tuple[int, ...] = getattr(rvv_ops.moe, "METHODS", (UNQUANT, INT8_W8A8))
+    return methods
+
+
+def fp8_process_weights(original: Callable[..., Any], self: Any, layer: torch.nn.Module) -> Any:
+    """Block-scaled fp8 experts (``Fp8MoEMethod`` with ``weight_block_size``) on a CPU: the
+    fp8 ``w13_weight`` / ``w2_weight`` packed once and the block scales
+    (``w13_weight_scale_inv`` [E, ceil(2I / block_n), ceil(H / block_k)], likewise w2) turned
+    to fp32, instead of SGLang's CPU branch, which asserts AMX. Anything else (per-tensor
+    fp8, weights not on the CPU) goes to SGLang's method."""
+    fp8 = (torch.float8_e4m3fn,)
+    if not getattr(self, "block_quant", False) or getattr(self, "use_mxfp8", False):
+        return original(self, layer)
+    scales = [_tensor(layer, n) for n in ("w13_weight_scale_inv", "w2_weight_scale_inv")]
+    if any(s is None for s in scales) or _unsupported(layer, fp8) == "weights not on the CPU":
+        return original(self, layer)
+    if not _pack_experts(layer, fp8, "FP8 fused experts"):
+        return original(self, layer)
+    for name, scale in zip(("w13_weight_scale_inv", "w2_weight_scale_inv"), scales, strict=True):
+        assert scale is not None
+        value = scale.data.to(torch.float32).contiguous()
+        setattr(layer, name, torch.nn.Parameter(value, requires_grad=False))
+    return None
+
+
+def fp8_apply(
+    original: Callable[..., Any], self: Any, layer: torch.nn.Module, dispatch_output: Any
+) -> Any:
+    """``fused_experts_cpu`` with ``CPUQuantMethod.FP8_W8A16`` for layers packed by
+    :func:`fp8_process_weights`, as SGLang's AMX branch of ``Fp8MoEMethod.apply`` calls it."""
+    if not getattr(layer, _PACKED, False):
+        return original(self, layer, dispatch_output)
+    return _fused_experts(
+        layer,
+        dispatch_output,
+        self.moe_runner_config,
+        FP8_W8A16,
+        (_tensor(layer, "w13_weight_scale_inv"), _tensor(layer, "w2_weight_scale_inv")),
+        (None, None),
+        (None, None),
+        list(self.quant_config.weight_block_size),
+    )
+
+
+def _check_experts_g_idx(layer: torch.nn.Module) -> None:
+    """GPTQ experts with act-order (a ``w13_g_idx`` / ``w2_g_idx`` row that is not
+    ``k // group_size``) are refused: the int4 kernels take contiguous groups only."""
+    for which in ("w13", "w2"):
+        g_idx, scales = _tensor(layer, f"{which}_g_idx"), _tensor(layer, f"{which}_scales")
+        if g_idx is None or scales is None or g_idx.dim() != 2 or scales.dim() != 3:
+            continue
+        k, groups = g_idx.shape[1], scales.shape[1]
+        if k == 0 or groups == 0 or k % groups:
+            continue
+        expected = (torch.arange(k, device=g_idx.device) // (k // groups)).expand_as(g_idx)
+        if not torch.equal(g_idx.to(expected.dtype), expected):
+            raise ValueError(
+                f"sglang-rvv: this GPTQ checkpoint's experts use act-order ({which}_g_idx "
+                f"permutes the {k} input channels among the {groups} groups); the CPU int4 "
+                "kernels take contiguous groups only. Re-quantise without desc_act."
+            )
+
+
+def int4_process_weights(original: Callable[..., Any], self: Any, layer: torch.nn.Module) -> Any:
+    """AWQ / GPTQ experts (SGLang's CPU kernels ``AWQIntelAMXMoEKernel`` /
+    ``GPTQIntelAMXMoEKernel``, which SGLang's CPU configs pick and which call
+    ``convert_weight_packed_scale_zp`` on the 3-D weights and ``fused_experts_cpu`` with
+    ``INT4_W4A8`` themselves, on any CPU): GPTQ act-order refused with a clear error, the
+    two packings counted."""
+    _check_experts_g_idx(layer)
+    result = original(self, layer)
+    for _ in range(2):
+        _count(PACK_COUNT)
+    return result
+
+
+def int4_apply(
+    original: Callable[..., Any], self: Any, layer: torch.nn.Module, dispatch_output: Any
+) -> Any:
+    """SGLang's own call of ``fused_experts_cpu`` (``INT4_W4A8``), counted."""
+    _count("fused_experts_cpu")
+    return original(self, layer, dispatch_output)
 
 
 # ------------------------------------------------------- Qwen2-MoE's shared-expert gate
@@ -480,6 +589,24 @@ EXPERT_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (_W8A8 + "process_weights_after_loading", w8a8_process_weights),
     (_W8A8 + "apply", w8a8_apply),
 )
+_FP8 = _BASE + "quantization.fp8.Fp8MoEMethod."
+FP8_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
+    (_FP8 + "process_weights_after_loading", fp8_process_weights),
+    (_FP8 + "apply", fp8_apply),
+)
+_CPU_QUANT = "sglang.srt.hardware_backend.cpu.quantization."
+INT4_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = tuple(
+    (f"{_CPU_QUANT}{mod}.{cls}.{meth}", hook)
+    for mod, cls in (
+        ("awq_kernels", "AWQIntelAMXMoEKernel"),
+        ("gptq_kernels", "GPTQIntelAMXMoEKernel"),
+    )
+    for meth, hook in (
+        ("process_weights_after_loading", int4_process_weights),
+        ("apply", int4_apply),
+    )
+)
+"""Registered with :data:`EXPERT_HOOKS` when the installed rvv-ops runs the method."""
 _ELEMENTWISE = "sglang.kernels.ops.elementwise.elementwise."
 CPU_FIX_HOOKS: tuple[tuple[str, Callable[..., Any], str], ...] = (
     (_ELEMENTWISE + "fused_gate_sigmoid_mul_add", gate_sigmoid_mul_add, "AROUND"),
@@ -521,4 +648,9 @@ def routed_hooks() -> list[tuple[str, Callable[..., Any]]]:
             hooks.append((target, hook))
     if not set(EXPERT_OPS) & set(missing):
         hooks += EXPERT_HOOKS
+        methods = quant_methods()
+        if FP8_W8A16 in methods:
+            hooks += FP8_HOOKS
+        if INT4_W4A8 in methods:
+            hooks += INT4_HOOKS
     return hooks

@@ -330,11 +330,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if args.model_path and args.demo_quant:
         parser.error("--demo-quant serves the demo model: drop --model-path")
-    if args.demo_quant not in (None, "w8a8") and args.demo_arch.endswith("-moe"):
-        parser.error(
-            f"--demo-quant {args.demo_quant} with --demo-arch {args.demo_arch}: the MoE demo "
-            "models are quantised in w8a8 only"
-        )
+    if args.demo_quant:
+        from sglang_rvv import demo
+
+        why = demo.moe_quant_refusal(args.demo_arch, args.demo_quant)
+        if why:
+            parser.error(f"--demo-quant {args.demo_quant} with --demo-arch {args.demo_arch}: {why}")
 
     env = dict(os.environ)
     if args.model_path:
