@@ -259,7 +259,7 @@ def test_fused_experts_w8a8(experts: int, topk: int, tokens: int, hidden: int, i
 def quant_moe_cases() -> Iterator[tuple[int, int, int, int]]:
     """(experts, topk, tokens, i) for the FP8 and INT4 experts: i picks the sizes."""
     i = 0
-    for experts in (1, 8, 60):
+    for experts in (1, 8, 60, 128):
         for topk in (1, 2, 8):
             if topk > experts:
                 continue
@@ -929,6 +929,19 @@ def test_quantised_experts_refuse_mixed_headers() -> None:
     with pytest.raises(ValueError, match=r"w1\[1\] has a packed-weight header unlike"):
         _quant_fused(INT4_W4A8, w13=_with_other_header(w))
     assert _quant_fused(FP8_W8A16).shape == (2, 16)
+
+
+def test_quantised_experts_do_not_depend_on_threads() -> None:
+    threads = torch.get_num_threads()
+    try:
+        for method in (FP8_W8A16, INT4_W4A8):
+            torch.set_num_threads(1)
+            one = _quant_fused(method)
+            torch.set_num_threads(max(2, threads))
+            many = _quant_fused(method)
+            torch.testing.assert_close(one, many, rtol=0, atol=0)
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("i", [4, 5])
