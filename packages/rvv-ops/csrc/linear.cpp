@@ -443,8 +443,7 @@ void check_int32(const char* op, const char* arg, const at::Tensor& t, const cha
                    dtype_name(t.scalar_type()), "; expected torch.int32 (", what, ")");
   TORCH_CHECK_VALUE(t.dim() == 2, op, ": ", arg, " is ", t.dim(), "-d (", describe(t),
                     "); expected a 2-D tensor ", what,
-                    t.dim() == 3 ? " (3-D expert-stacked MoE weights are not supported yet)"
-                                 : "");
+                    " (or, for expert-stacked MoE weights, 3-D with the experts first)");
 }
 
 // The shapes of an AWQ / GPTQ checkpoint's int4 tensors, checked.
@@ -518,37 +517,6 @@ std::int64_t int4_packed_cols(const rvvk::PackedInt4Header& h) {
   return (h.bytes + h.n - 1) / h.n;
 }
 
-// The header of a packed int4 weight (convert_weight_packed_scale_zp's first result),
-// checked against the tensor holding it.
-rvvk::PackedInt4Header int4_header(const char* op, const at::Tensor& w) {
-  const char* hint = "; pass the first tensor returned by convert_weight_packed_scale_zp";
-  TORCH_CHECK_VALUE(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous() &&
-                        reinterpret_cast<std::uintptr_t>(w.data_ptr()) % 4 == 0,
-                    op, ": w (", describe(w), ") is not a contiguous 4-byte aligned 2-D uint8 "
-                    "tensor", hint);
-  const std::int64_t nbytes = w.numel();
-  TORCH_CHECK_VALUE(nbytes >= rvvk::kPackedWeightHeaderBytes, op, ": w (", describe(w),
-                    ") holds ", nbytes, " bytes, too few for a packed int4 weight", hint);
-  rvvk::PackedInt4Header h;
-  std::memcpy(&h, w.data_ptr(), sizeof h);
-  TORCH_CHECK_VALUE(h.magic == rvvk::kPackedInt4Magic, op, ": w (", describe(w),
-                    ") does not start with a packed int4 header", hint);
-  TORCH_CHECK_VALUE(h.version == rvvk::kPackedInt4Version, op, ": w was packed in int4 format "
-                    "version ", h.version, "; this build reads version ",
-                    rvvk::kPackedInt4Version, " (re-pack the weight)");
-  TORCH_CHECK_VALUE(
-      h.n == w.size(0) && h.k >= 1 && h.panel >= 1 && h.group_size >= 1 &&
-          h.k_padded == h.k + (h.k & 1) &&
-          (h.group_size % 2 == 0 || h.group_size >= h.k) &&
-          h.bytes == rvvk::kPackedWeightHeaderBytes +
-                         rvvk::int4_linear_tasks(h) * h.panel * (h.k_padded / 2) &&
-          h.bytes <= nbytes,
-      op, ": w (", describe(w), ") has an inconsistent packed int4 header (n=", h.n, ", k=",
-      h.k, ", group_size=", h.group_size, ", panel=", h.panel, ", bytes=", h.bytes,
-      "); it was changed after convert_weight_packed_scale_zp or is not one");
-  return h;
-}
-
 // w_zeros (uint8) / w_scales (fp32): [1, groups, N] as convert_weight_packed_scale_zp returns
 // them, or [groups, N].
 void check_group_table(const char* op, const char* arg, const at::Tensor& t, at::ScalarType st,
@@ -588,7 +556,7 @@ at::Tensor int4_mm(bool meta, const char* op, const at::Tensor& x, const at::Ten
     sizes.back() = w_scales.sym_size(-1);
     return at::empty_symint(sizes, x.options());
   }
-  const rvvk::PackedInt4Header h = int4_header(op, w);
+  const rvvk::PackedInt4Header h = int4_header(op, "w", w);
   const std::int64_t groups = rvvk::int4_groups(h);
   check_group_table(op, "w_zeros", w_zeros, at::kByte, groups, h.n);
   check_group_table(op, "w_scales", w_scales, at::kFloat, groups, h.n);
@@ -629,6 +597,56 @@ at::Tensor int4_mm(bool meta, const char* op, const at::Tensor& x, const at::Ten
 
 }  // namespace
 
+// The header of a packed int4 weight (convert_weight_packed_scale_zp's first result),
+// checked against the tensor holding it.
+rvvk::PackedInt4Header int4_header(const char* op, const char* arg, const at::Tensor& w) {
+  const char* hint = "; pass the first tensor returned by convert_weight_packed_scale_zp";
+  TORCH_CHECK_VALUE(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous() &&
+                        reinterpret_cast<std::uintptr_t>(w.data_ptr()) % 4 == 0,
+                    op, ": ", arg, " (", describe(w), ") is not a contiguous 4-byte aligned 2-D uint8 "
+                    "tensor", hint);
+  const std::int64_t nbytes = w.numel();
+  TORCH_CHECK_VALUE(nbytes >= rvvk::kPackedWeightHeaderBytes, op, ": ", arg, " (", describe(w),
+                    ") holds ", nbytes, " bytes, too few for a packed int4 weight", hint);
+  rvvk::PackedInt4Header h;
+  std::memcpy(&h, w.data_ptr(), sizeof h);
+  TORCH_CHECK_VALUE(h.magic == rvvk::kPackedInt4Magic, op, ": ", arg, " (", describe(w),
+                    ") does not start with a packed int4 header", hint);
+  TORCH_CHECK_VALUE(h.version == rvvk::kPackedInt4Version, op, ": ", arg, " was packed in int4 format "
+                    "version ", h.version, "; this build reads version ",
+                    rvvk::kPackedInt4Version, " (re-pack the weight)");
+  TORCH_CHECK_VALUE(
+      h.n == w.size(0) && h.k >= 1 && h.panel >= 1 && h.group_size >= 1 &&
+          h.k_padded == h.k + (h.k & 1) &&
+          (h.group_size % 2 == 0 || h.group_size >= h.k) &&
+          h.bytes == rvvk::kPackedWeightHeaderBytes +
+                         rvvk::int4_linear_tasks(h) * h.panel * (h.k_padded / 2) &&
+          h.bytes <= nbytes,
+      op, ": ", arg, " (", describe(w), ") has an inconsistent packed int4 header (n=", h.n, ", k=",
+      h.k, ", group_size=", h.group_size, ", panel=", h.panel, ", bytes=", h.bytes,
+      "); it was changed after convert_weight_packed_scale_zp or is not one");
+  return h;
+}
+
+at::Tensor expand_block_scales(const at::Tensor& scales, std::int64_t n, std::int64_t block_n) {
+  // One scale per (k block, output channel): the kernel reads a vector of channels at once.
+  const std::int64_t nb = scales.size(-2), kb = scales.size(-1);
+  const std::int64_t batches = scales.dim() == 3 ? scales.size(0) : 1;
+  const at::Tensor sc = scales.to(at::kFloat).contiguous();
+  at::Tensor expanded = scales.dim() == 3 ? at::empty({batches, kb, n}, sc.options())
+                                          : at::empty({kb, n}, sc.options());
+  const float* src = sc.data_ptr<float>();
+  float* dst = expanded.data_ptr<float>();
+  for (std::int64_t e = 0; e < batches; ++e) {
+    for (std::int64_t b = 0; b < kb; ++b) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        dst[(e * kb + b) * n + j] = src[(e * nb + j / block_n) * kb + b];
+      }
+    }
+  }
+  return expanded;
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convert_weight_packed_scale_zp(
     bool meta, const at::Tensor& qweight, const at::Tensor& qzeros, const at::Tensor& scales,
     std::int64_t quant_method) {
@@ -637,21 +655,51 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convert_weight_packed_scale_zp(
     check_all_cpu(op, {{"qweight", &qweight}, {"qzeros", &qzeros}, {"scales", &scales}},
                   std::nullopt);
   }
-  const Int4Shape s = int4_shape(op, qweight, qzeros, scales, quant_method);
+  // Expert-stacked MoE weights [E, ...]: every expert's tensors have expert 0's shapes and
+  // are packed alike, each into its slice of [E, N, X] (X rounded so that every slice
+  // starts 4-byte aligned).
+  const bool stacked = qweight.dim() == 3;
+  std::int64_t experts = 1;
+  if (stacked) {
+    experts = qweight.size(0);
+    for (const auto& [arg, t] : {std::pair<const char*, const at::Tensor*>{"qzeros", &qzeros},
+                                 {"scales", &scales}}) {
+      TORCH_CHECK_VALUE(t->dim() == 3 && t->size(0) == experts, op, ": ", arg, " (",
+                        describe(*t), ") is not 3-D with ", experts,
+                        " experts first; expected it stacked like qweight (",
+                        describe(qweight), ")");
+    }
+    TORCH_CHECK_VALUE(experts >= 1, op, ": qweight (", describe(qweight),
+                      ") has no experts; expected [E, ...] with E >= 1");
+  }
+  const Int4Shape s = stacked ? int4_shape(op, qweight[0], qzeros[0], scales[0], quant_method)
+                              : int4_shape(op, qweight, qzeros, scales, quant_method);
   rvvk::PackedInt4Header h;
   rvvk::pack_int4_weight_layout(s.n, s.k, s.group_size, &h);
-  const at::TensorOptions u8 = qweight.options().dtype(at::kByte);
-  if (meta) {
-    return {at::empty({s.n, int4_packed_cols(h)}, u8), at::empty({1, s.groups, s.n}, u8),
-            at::empty({1, s.groups, s.n}, scales.options().dtype(at::kFloat))};
+  std::int64_t cols = int4_packed_cols(h);
+  if (stacked) {
+    while (s.n * cols % 4 != 0) ++cols;
   }
-  const auto [q, zeros] = unpack_int4(s, qweight, qzeros, quant_method);
-  at::Tensor packed = at::zeros({s.n, int4_packed_cols(h)}, u8);
+  const at::TensorOptions u8 = qweight.options().dtype(at::kByte);
+  const at::TensorOptions f32 = scales.options().dtype(at::kFloat);
+  const std::vector<std::int64_t> packed_shape =
+      stacked ? std::vector<std::int64_t>{experts, s.n, cols} : std::vector<std::int64_t>{s.n, cols};
+  if (meta) {
+    return {at::empty(packed_shape, u8), at::empty({experts, s.groups, s.n}, u8),
+            at::empty({experts, s.groups, s.n}, f32)};
+  }
+  at::Tensor packed = at::zeros(packed_shape, u8);
   TORCH_CHECK(reinterpret_cast<std::uintptr_t>(packed.data_ptr()) % 4 == 0, op,
               ": internal error: misaligned allocation");
-  rvvk::pack_int4_weight(h, q.data_ptr<std::uint8_t>(), s.k, packed.data_ptr());
-  return {packed, zeros.view({1, s.groups, s.n}),
-          scales.to(at::kFloat).contiguous().view({1, s.groups, s.n})};
+  at::Tensor zeros = at::empty({experts, s.groups, s.n}, u8);
+  for (std::int64_t e = 0; e < experts; ++e) {
+    const auto [q, z] = stacked ? unpack_int4(s, qweight[e], qzeros[e], quant_method)
+                                : unpack_int4(s, qweight, qzeros, quant_method);
+    rvvk::pack_int4_weight(h, q.data_ptr<std::uint8_t>(), s.k,
+                           static_cast<unsigned char*>(packed.data_ptr()) + e * s.n * cols);
+    zeros[e].copy_(z);
+  }
+  return {packed, zeros, scales.to(at::kFloat).contiguous().view({experts, s.groups, s.n})};
 }
 
 at::Tensor int4_scaled_mm_cpu(bool meta, const at::Tensor& x, const at::Tensor& w,
@@ -691,16 +739,7 @@ at::Tensor fp8_scaled_mm_cpu(bool meta, const at::Tensor& mat1, const at::Tensor
                     "ceil(K / block_k)] = [", nb, ", ", kb, "] for N = ", n, ", K = ", k,
                     ", block_size [", bn, ", ", bk, "]");
   const auto [packed, h] = packed_weight(op, mat2, rvvk::DType::kFP8E4M3, k, is_vnni);
-  // One scale per (k block, output channel): the kernel reads a vector of channels at once.
-  at::Tensor expanded = at::empty({kb, n}, scales2.options());
-  {
-    const at::Tensor sc = scales2.contiguous();
-    const float* src = sc.data_ptr<float>();
-    float* dst = expanded.data_ptr<float>();
-    for (std::int64_t b = 0; b < kb; ++b) {
-      for (std::int64_t j = 0; j < n; ++j) dst[b * n + j] = src[(j / bn) * kb + b];
-    }
-  }
+  const at::Tensor expanded = expand_block_scales(scales2, n, bn);
   const at::Tensor b = bias ? bias->contiguous() : at::Tensor();
   at::Tensor x = mat1;
   const std::int64_t x_stride = rows_of(x);

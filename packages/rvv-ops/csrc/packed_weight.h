@@ -42,4 +42,13 @@ void check_weight_dims(const char* op, const char* arg, const at::Tensor& w);
 rvvk::PackedWeightHeader packed_header(const char* op, const char* arg, const at::Tensor& w,
                                        rvvk::DType dt, std::int64_t k);
 
+// The header of a packed int4 weight w (a 2-D [N, X] uint8 tensor as
+// convert_weight_packed_scale_zp returns it, or one expert's slice of the 3-D form),
+// checked against w (ValueError naming `arg`).
+rvvk::PackedInt4Header int4_header(const char* op, const char* arg, const at::Tensor& w);
+// SGLang's FP8 block scales [ceil(N / block_n), ceil(K / block_k)] (or [E, ...] of them;
+// fp32 or bf16, checked by the caller) as the kernels read them: one fp32 scale per
+// (k block, output channel), [ceil(K / block_k), N] (or [E, ...]).
+at::Tensor expand_block_scales(const at::Tensor& scales, std::int64_t n, std::int64_t block_n);
+
 }  // namespace rvv_ops

@@ -322,8 +322,13 @@ def test_convert_refuses_bad_checkpoints() -> None:
         CONVERT(qw, qz, scales, 2)
     with pytest.raises(TypeError, match=r"qweight has dtype torch\.uint8; expected torch\.int32"):
         CONVERT(qw.to(torch.uint8), qz, scales, 0)
-    with pytest.raises(ValueError, match="3-D expert-stacked MoE weights are not supported"):
+    # 3-D (expert-stacked MoE weights): every tensor stacked over the same experts
+    with pytest.raises(ValueError, match=r"qzeros .* is not 3-D with 1 experts first"):
         CONVERT(qw[None], qz, scales, 0)
+    with pytest.raises(ValueError, match=r"scales .* is not 3-D with 2 experts first"):
+        CONVERT(torch.stack([qw, qw]), torch.stack([qz, qz]), scales[None], 0)
+    with pytest.raises(ValueError, match=r"qweight is 4-d .*\(or, for expert-stacked MoE"):
+        CONVERT(qw[None, None], qz, scales, 0)
     with pytest.raises(ValueError, match=r"has 3 groups, which do not divide K = 64"):
         CONVERT(qw, qz, torch.ones(3, 16).half(), 0)
     with pytest.raises(ValueError, match=r"group size K / groups = 64 / 64 = 1 is odd"):

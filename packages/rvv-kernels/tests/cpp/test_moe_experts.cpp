@@ -1,10 +1,13 @@
 // Mixture-of-experts feed-forward: moe_plan's grouping, and the five moe_experts stages
-// against a double-precision reference of the whole expert MLP (float weights, with an
-// error bound propagated through gate/up, activation, down and the weighted sum) and of
-// the W8A8 arithmetic (exact integer sums; quantised activations). Shapes: experts
+// against a double-precision reference of the whole expert MLP (float and FP8 weights,
+// with an error bound propagated through gate/up, activation, down and the weighted sum)
+// and of the W8A8 / W4A8 arithmetic (exact integer sums per scale group; quantised
+// activations, with a bound for quantisation steps that may flip). Shapes: experts
 // {1, 3, 8, 60}, top-k {1, 2, 8}, tokens {0, 1, 3, 16, 37}, odd hidden and intermediate
 // sizes, experts no token chose and experts every token chose, biases, a base term (the
-// shared-expert form), every stage split into two task ranges as threads would.
+// shared-expert form), every stage split into two task ranges as threads would; FP8 with
+// block_k 128 and small ones that do not divide K, INT4 with group sizes dividing K
+// (group == K included, odd when K is).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -38,6 +41,21 @@ Packed3 pack3(DType dt, const ref::Buffer& w, std::int64_t experts, std::int64_t
   return p;
 }
 
+// Packs `experts` int4 weights q [n, k] (one value per byte, consecutive in q).
+Packed3 pack3_int4(const std::vector<std::uint8_t>& q, std::int64_t experts, std::int64_t n,
+                   std::int64_t k, std::int64_t group) {
+  Packed3 p;
+  rvvk::PackedInt4Header h;
+  rvvk::pack_int4_weight_layout(n, k, group, &h);
+  p.stride = (h.bytes + 3) / 4 * 4;
+  p.words.assign(static_cast<std::size_t>(experts * p.stride / 4), 0xdeadbeefu);
+  for (std::int64_t e = 0; e < experts; ++e) {
+    rvvk::pack_int4_weight(h, q.data() + e * n * k, k,
+                           reinterpret_cast<unsigned char*>(p.words.data()) + e * p.stride);
+  }
+  return p;
+}
+
 double act_ref(rvvk::Activation act, double g) {
   switch (act) {
     case rvvk::Activation::kSilu:
@@ -66,38 +84,94 @@ void quantize_ref(const std::vector<double>& x, std::vector<int>& q, double& sca
 
 struct Case {
   std::int64_t experts, topk, tokens, hidden, inter;
-  DType x_dt, w_dt;  // w_dt kI8: W8A8
+  DType x_dt, w_dt;  // w_dt kI8: W8A8 (or W4A8 with groups); kFP8E4M3: FP8 W8A16
   rvvk::Activation act;
   bool bias, base, every_token_same;  // every_token_same: all tokens choose experts 0..topk-1
+  // FP8: block_k of W13 (K = hidden) and W2 (K = inter); INT4 (w_dt kI8): group sizes.
+  std::int64_t block13 = 0, block2 = 0;
+  std::int64_t group13 = 0, group2 = 0;
+};
+
+// One quantised expert weight as the reference reads it: integer values (int8: q; int4:
+// q - zero) and scale rows (int8: one per channel; int4: per group; FP8: per k block).
+struct RefWeight {
+  std::int64_t n = 0, k = 0, group = 0, rows = 1;  // rows = ceil(k / group) scale rows
+  std::vector<int> wi;                              // [E, n, k] integer values
+  std::vector<double> wd;                           // [E, n, k] float / FP8 values (scaled)
+  std::vector<float> scales;                        // [E, rows, n]
+  std::vector<std::uint8_t> zeros, q;               // int4: [E, rows, n], [E, n, k]
+  double scale(std::int64_t e, std::int64_t j, std::int64_t kk) const {
+    return scales[static_cast<std::size_t>((e * rows + kk / group) * n + j)];
+  }
 };
 
 void run_case(rvvk_test::Context& ctx, ref::Rng& rng, const Case& c) {
   const std::int64_t E = c.experts, K = c.topk, T = c.tokens, H = c.hidden, I = c.inter;
   const std::int64_t A = T * K;
-  const bool int8 = c.w_dt == DType::kI8;
+  const bool int4 = c.group13 > 0, fp8 = c.w_dt == DType::kFP8E4M3;
+  const bool int8 = c.w_dt == DType::kI8;  // integer arithmetic: W8A8 or W4A8
   const std::int64_t xs = H + 3;  // strided rows
   ref::Buffer x(c.x_dt, std::max<std::int64_t>(1, T * xs)), base(c.x_dt, std::max<std::int64_t>(1, T * H));
   for (std::size_t i = 0; i < x.size(); ++i) x.set(i, rng.uniform(-1, 1));
   for (std::size_t i = 0; i < base.size(); ++i) base.set(i, rng.uniform(-1, 1));
-  // Weights: float dtypes uniform; int8 as integers in [-128, 127].
-  const DType wstore = int8 ? DType::kI8 : c.w_dt;
+  // Weights: float dtypes uniform; int8 integers in [-128, 127] with channel scales; int4
+  // nibbles and zero points 0..16 with group scales; FP8 codes of magnitude <= 7.5 with
+  // k-block scales.
+  const DType wstore = int4 ? DType::kI8 : c.w_dt;
   ref::Buffer w13(wstore, E * 2 * I * H), w2(wstore, E * H * I);
-  std::vector<std::int8_t> w13q, w2q;
-  if (int8) {
-    w13q.resize(static_cast<std::size_t>(E * 2 * I * H));
-    w2q.resize(static_cast<std::size_t>(E * H * I));
-    for (auto& v : w13q) v = static_cast<std::int8_t>(static_cast<int>(rng.next() % 256) - 128);
-    for (auto& v : w2q) v = static_cast<std::int8_t>(static_cast<int>(rng.next() % 256) - 128);
-    std::copy(w13q.begin(), w13q.end(), reinterpret_cast<std::int8_t*>(w13.bytes.data()));
-    std::copy(w2q.begin(), w2q.end(), reinterpret_cast<std::int8_t*>(w2.bytes.data()));
-  } else {
-    const double s13 = 1 / std::sqrt(double(H)), s2 = 1 / std::sqrt(double(I));
-    for (std::size_t i = 0; i < w13.size(); ++i) w13.set(i, rng.uniform(-2, 2) * s13);
-    for (std::size_t i = 0; i < w2.size(); ++i) w2.set(i, rng.uniform(-2, 2) * s2);
-  }
-  std::vector<float> s13(static_cast<std::size_t>(E * 2 * I)), s2(static_cast<std::size_t>(E * H));
-  for (auto& v : s13) v = static_cast<float>(rng.uniform(0.5, 1.5) / (127 * std::sqrt(double(H))));
-  for (auto& v : s2) v = static_cast<float>(rng.uniform(0.5, 1.5) / (127 * std::sqrt(double(I))));
+  const auto make = [&](RefWeight& rw, ref::Buffer& buf, std::int64_t n, std::int64_t k,
+                        std::int64_t group, std::int64_t block) {
+    rw.n = n;
+    rw.k = k;
+    rw.group = int4 ? group : fp8 ? block : k;
+    rw.rows = int8 || int4 || fp8 ? (k + rw.group - 1) / rw.group : 1;
+    const std::size_t total = static_cast<std::size_t>(E * n * k);
+    rw.scales.resize(static_cast<std::size_t>(E * rw.rows * n));
+    rw.wi.assign(total, 0);
+    rw.wd.assign(total, 0.0);
+    const double inv_sqrt_k = 1 / std::sqrt(double(k));
+    if (int4) {
+      rw.q.resize(total);
+      rw.zeros.resize(rw.scales.size());
+      for (auto& v : rw.q) v = static_cast<std::uint8_t>(rng.next() % 16);
+      for (auto& v : rw.zeros) v = static_cast<std::uint8_t>(rng.next() % 17);
+      for (auto& v : rw.scales) v = static_cast<float>(rng.uniform(0.5, 1.5) / 8 * inv_sqrt_k);
+      for (std::int64_t e = 0; e < E; ++e)
+        for (std::int64_t j = 0; j < n; ++j)
+          for (std::int64_t kk = 0; kk < k; ++kk) {
+            const std::size_t i = static_cast<std::size_t>((e * n + j) * k + kk);
+            rw.wi[i] = int{rw.q[i]} -
+                       int{rw.zeros[static_cast<std::size_t>((e * rw.rows + kk / group) * n + j)]};
+          }
+    } else if (int8) {
+      for (std::size_t i = 0; i < total; ++i) {
+        rw.wi[i] = static_cast<int>(rng.next() % 256) - 128;
+        buf.bytes[i] = static_cast<unsigned char>(static_cast<std::int8_t>(rw.wi[i]));
+      }
+      for (auto& v : rw.scales) v = static_cast<float>(rng.uniform(0.5, 1.5) / 127 * inv_sqrt_k);
+    } else if (fp8) {
+      // sign, exponent 0..9 (NaN codes excluded), any mantissa
+      for (std::size_t i = 0; i < total; ++i) {
+        buf.bytes[i] = static_cast<unsigned char>((rng.next() % 2) << 7 | (rng.next() % 10) << 3 |
+                                                  rng.next() % 8);
+      }
+      for (auto& v : rw.scales) v = static_cast<float>(rng.uniform(0.5, 1.5) / 4 * inv_sqrt_k);
+      for (std::int64_t e = 0; e < E; ++e)
+        for (std::int64_t j = 0; j < n; ++j)
+          for (std::int64_t kk = 0; kk < k; ++kk) {
+            const std::size_t i = static_cast<std::size_t>((e * n + j) * k + kk);
+            rw.wd[i] = buf.get(i) * rw.scale(e, j, kk);
+          }
+    } else {
+      for (std::size_t i = 0; i < total; ++i) {
+        buf.set(i, rng.uniform(-2, 2) * inv_sqrt_k);
+        rw.wd[i] = buf.get(i);
+      }
+    }
+  };
+  RefWeight r13, r2;
+  make(r13, w13, 2 * I, H, c.group13, c.block13);
+  make(r2, w2, H, I, c.group2, c.block2);
   ref::Buffer b13(DType::kF32, E * 2 * I), b2(DType::kF32, E * H);
   for (std::size_t i = 0; i < b13.size(); ++i) b13.set(i, rng.uniform(-0.5, 0.5));
   for (std::size_t i = 0; i < b2.size(); ++i) b2.set(i, rng.uniform(-0.5, 0.5));
@@ -152,7 +226,8 @@ void run_case(rvvk_test::Context& ctx, ref::Rng& rng, const Case& c) {
               (long long)offsets[0], (long long)offsets[E], (long long)a.plan.active_count,
               (long long)n_active);
   }
-  Packed3 p13 = pack3(wstore, w13, E, 2 * I, H), p2 = pack3(wstore, w2, E, H, I);
+  Packed3 p13 = int4 ? pack3_int4(r13.q, E, 2 * I, H, c.group13) : pack3(wstore, w13, E, 2 * I, H);
+  Packed3 p2 = int4 ? pack3_int4(r2.q, E, H, I, c.group2) : pack3(wstore, w2, E, H, I);
   const std::size_t rows = static_cast<std::size_t>(std::max<std::int64_t>(1, A));
   std::vector<std::uint32_t> xg(rows * static_cast<std::size_t>(H));  // room for any dtype
   std::vector<float> xg_s(rows), ic1(rows * 2 * I), ic2(rows * I), ic2_s(rows), y(rows * H);
@@ -173,8 +248,12 @@ void run_case(rvvk_test::Context& ctx, ref::Rng& rng, const Case& c) {
   a.w13_stride = p13.stride;
   a.w2 = reinterpret_cast<const unsigned char*>(p2.words.data());
   a.w2_stride = p2.stride;
-  a.w13_scales = s13.data();
-  a.w2_scales = s2.data();
+  a.w13_scales = r13.scales.data();
+  a.w2_scales = r2.scales.data();
+  a.w13_block_k = c.block13;
+  a.w2_block_k = c.block2;
+  a.w13_zeros = int4 ? r13.zeros.data() : nullptr;
+  a.w2_zeros = int4 ? r2.zeros.data() : nullptr;
   a.b13 = c.bias ? b13.data() : nullptr;
   a.b2 = c.bias ? b2.data() : nullptr;
   a.base = c.base ? base.data() : nullptr;
@@ -218,21 +297,30 @@ void run_case(rvvk_test::Context& ctx, ref::Rng& rng, const Case& c) {
       // gate/up
       std::vector<double> gu(static_cast<std::size_t>(2 * I)), gu_err(gu.size());
       for (std::int64_t n = 0; n < 2 * I; ++n) {
-        double acc = 0, mag = 0;
         const std::int64_t row = (e * 2 * I + n) * H;
-        for (std::int64_t k = 0; k < H; ++k) {
-          const double p = int8 ? double(xq[k]) * w13q[row + k] : xr[k] * w13.get(row + k);
-          acc += p;
-          mag += std::fabs(p);
-        }
         const double bb = c.bias ? b13.get(e * 2 * I + n) : 0;
         if (int8) {
-          const double sc = xscale * s13[e * 2 * I + n];
-          gu[n] = acc * sc + bb;
-          gu_err[n] = 4 * u * (std::fabs(acc * sc) + std::fabs(bb));
+          // per scale group, in order: exact integer sum times row and group scales
+          double v = bb, mag = std::fabs(bb);
+          for (std::int64_t g0 = 0; g0 < H; g0 += r13.group) {
+            double acc = 0;
+            for (std::int64_t k = g0; k < std::min(H, g0 + r13.group); ++k)
+              acc += double(xq[k]) * r13.wi[row + k];
+            const double term = acc * xscale * r13.scale(e, n, g0);
+            v += term;
+            mag += std::fabs(term);
+          }
+          gu[n] = v;
+          gu_err[n] = double(r13.rows + 3) * u * mag;
         } else {
+          double acc = 0, mag = 0;
+          for (std::int64_t k = 0; k < H; ++k) {
+            const double p = xr[k] * r13.wd[row + k];
+            acc += p;
+            mag += std::fabs(p);
+          }
           gu[n] = acc + bb;
-          gu_err[n] = (H + 1) * u * (mag + std::fabs(bb));
+          gu_err[n] = double(H + r13.rows + 2) * u * (mag + std::fabs(bb));
         }
       }
       // activation: act(g) * up; |act'| <= 1.13 for these three activations
@@ -267,25 +355,36 @@ void run_case(rvvk_test::Context& ctx, ref::Rng& rng, const Case& c) {
         }
       }
       for (std::int64_t o = 0; o < H; ++o) {
-        double acc = 0, mag = 0, prop = 0;
         const std::int64_t row = (e * H + o) * I;
-        for (std::int64_t i = 0; i < I; ++i) {
-          const double wv = int8 ? double(w2q[row + i]) : w2.get(row + i);
-          const double p = int8 ? double(hq[i]) * wv : h[i] * wv;
-          acc += p;
-          mag += std::fabs(p);
-          prop += std::fabs(wv) * (int8 ? flip[i] : h_err[i]);
-        }
         const double bb = c.bias ? b2.get(e * H + o) : 0;
         double yv, ye;
         if (int8) {
-          const double sc = hscale * s2[e * H + o];
-          yv = acc * sc + bb;
-          ye = prop * sc + 4 * u * (std::fabs(acc * sc) + std::fabs(bb)) +
-               std::fabs(acc * sc) * rel;  // the row scale, from the absmax of h
+          // prop: what the flippable steps of hq can change, through each group's scale
+          double mag = 0, prop = 0;
+          yv = bb;
+          for (std::int64_t g0 = 0; g0 < I; g0 += r2.group) {
+            double acc = 0, fl = 0;
+            for (std::int64_t i = g0; i < std::min(I, g0 + r2.group); ++i) {
+              acc += double(hq[i]) * r2.wi[row + i];
+              fl += std::fabs(double(r2.wi[row + i])) * flip[i];
+            }
+            const double sc = hscale * r2.scale(e, o, g0);
+            yv += acc * sc;
+            mag += std::fabs(acc * sc);
+            prop += fl * sc;
+          }
+          ye = prop + double(r2.rows + 3) * u * (mag + std::fabs(bb)) +
+               mag * rel;  // the row scale, from the absmax of h
         } else {
+          double acc = 0, mag = 0, prop = 0;
+          for (std::int64_t i = 0; i < I; ++i) {
+            const double wv = r2.wd[row + i];
+            acc += h[i] * wv;
+            mag += std::fabs(h[i] * wv);
+            prop += std::fabs(wv) * h_err[i];
+          }
           yv = acc + bb;
-          ye = prop + (I + 1) * u * (mag + std::fabs(bb));
+          ye = prop + double(I + r2.rows + 2) * u * (mag + std::fabs(bb));
         }
         want[o] += wj * yv;
         err[o] += std::fabs(wj) * ye + (K + 1) * u * std::fabs(wj * yv);
@@ -296,10 +395,11 @@ void run_case(rvvk_test::Context& ctx, ref::Rng& rng, const Case& c) {
       const double tol = err[o] + ref::ulp(c.x_dt, want[o]) + 1e-6 * (int8 ? 1 : 0);
       if (!(std::fabs(got - want[o]) <= tol) && bad++ < 3) {
         CHECK_MSG(false,
-                  "E=%lld topk=%lld T=%lld H=%lld I=%lld x=%s w=%s act=%d bias=%d base=%d "
+                  "E=%lld topk=%lld T=%lld H=%lld I=%lld x=%s w=%s%s act=%d bias=%d base=%d "
                   "[%lld,%lld]: got %.9g want %.9g (tol %.3g)",
                   (long long)E, (long long)K, (long long)T, (long long)H, (long long)I,
-                  ref::name(c.x_dt), ref::name(c.w_dt), static_cast<int>(c.act), c.bias,
+                  ref::name(c.x_dt), ref::name(c.w_dt), int4 ? "(int4)" : "",
+                  static_cast<int>(c.act), c.bias,
                   c.base, (long long)t, (long long)o, got, want[o], tol);
       }
     }
@@ -348,6 +448,52 @@ RVVK_TEST(moe_experts_w8a8_matches_reference) {
         run_case(ctx, rng,
                  {E, K, T, H, I, xdt, DType::kI8, rvvk::Activation::kSilu, n % 2 == 1,
                   n % 5 == 2, n % 4 == 1});
+        ++n;
+      }
+    }
+  }
+}
+
+RVVK_TEST(moe_experts_fp8_matches_reference) {
+  ref::Rng rng(79);
+  int n = 0;
+  for (std::int64_t E : {1, 3, 8}) {
+    for (std::int64_t K : {1, 2}) {
+      if (K > E) continue;
+      for (std::int64_t T : {0, 1, 3, 16}) {
+        // odd sizes; block_k 128 (one block), 4 (K not a multiple when odd) and 5
+        const std::int64_t H = n % 2 == 0 ? 33 : 20, I = n % 3 == 0 ? 17 : n % 3 == 1 ? 40 : 9;
+        const std::int64_t blocks[] = {128, 4, 5};
+        const DType xdt = n % 3 == 0 ? DType::kBF16 : n % 3 == 1 ? DType::kF32 : DType::kF16;
+        Case c{E, K, T, H, I, xdt, DType::kFP8E4M3, rvvk::Activation::kSilu, n % 2 == 1,
+               n % 5 == 2, n % 4 == 1};
+        c.block13 = blocks[n % 3];
+        c.block2 = blocks[(n + 1) % 3];
+        run_case(ctx, rng, c);
+        ++n;
+      }
+    }
+  }
+}
+
+RVVK_TEST(moe_experts_int4_w4a8_matches_reference) {
+  ref::Rng rng(83);
+  // (K, group size) pairs: groups dividing K, group == K (odd K included)
+  const std::int64_t hidden[][2] = {{32, 8}, {33, 33}, {48, 16}, {32, 32}};
+  const std::int64_t inter[][2] = {{40, 8}, {17, 17}, {24, 6}, {40, 20}, {8, 8}};
+  int n = 0;
+  for (std::int64_t E : {1, 3, 8}) {
+    for (std::int64_t K : {1, 2}) {
+      if (K > E) continue;
+      for (std::int64_t T : {0, 1, 3, 16}) {
+        const auto& h = hidden[n % 4];
+        const auto& i = inter[n % 5];
+        const DType xdt = n % 3 == 0 ? DType::kBF16 : n % 3 == 1 ? DType::kF32 : DType::kF16;
+        Case c{E, K, T, h[0], i[0], xdt, DType::kI8, rvvk::Activation::kSilu, n % 2 == 1,
+               n % 5 == 2, n % 4 == 1};
+        c.group13 = h[1];
+        c.group2 = i[1];
+        run_case(ctx, rng, c);
         ++n;
       }
     }

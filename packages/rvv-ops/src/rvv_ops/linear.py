@@ -135,7 +135,10 @@ def convert_int4_weight(
     ``W[n, k] = (q[n, k] - zero[g, n]) * scale[g, n]`` with ``g = k // (K / G)``; the group
     size ``K / G`` must be even (or ``G = 1``). GPTQ's act-order ``g_idx`` is not an argument:
     checkpoints with a permuted ``g_idx`` must be refused by the caller. Returns ``(packed
-    uint8 [N, X], zero points uint8 [1, G, N], scales fp32 [1, G, N])``.
+    uint8 [N, X], zero points uint8 [1, G, N], scales fp32 [1, G, N])``. Expert-stacked MoE
+    tensors (all three with the experts first, ``[E, ...]``) give ``(packed uint8 [E, N, X'],
+    zero points uint8 [E, G, N], scales fp32 [E, G, N])``, one packed expert per slice, for
+    ``fused_experts_cpu`` with ``moe_comp_method`` INT4_W4A8.
     """
     w, z, s = torch.ops.sgl_kernel.convert_weight_packed_scale_zp.default(
         qweight, qzeros, scales, quant_method

@@ -11,11 +11,24 @@ The ops keep the names and arguments SGLang 0.5.23's CPU code calls
   inplace, use_int8_w8a8, use_fp8_w8a16, w1_scale, w2_scale, block_size, is_vnni) -> Tensor``
 
 Expert-stacked weights are packed once by ``convert_weight_packed`` (which takes
-``[E, N, K]`` as well as ``[N, K]``). The (token, choice) pairs are grouped by expert, so
-each expert's weights are read once per call however many tokens chose it; all arithmetic
-is fp32 with one rounding to the activations' dtype. Unquantised (fp32 / bf16 / fp16
-weights) and W8A8 int8 experts are implemented; FP8, INT4 and MXFP4 experts, and the
-clamped SwiGLU of gpt-oss (``alpha`` / ``limit``), raise NotImplementedError. A wrong dtype
+``[E, N, K]`` as well as ``[N, K]``; float, int8 and float8_e4m3fn) or, for AWQ / GPTQ
+int4 checkpoints, ``convert_weight_packed_scale_zp`` (3-D ``[E, ...]`` tensors too). The
+(token, choice) pairs are grouped by expert, so each expert's weights are read once per
+call however many tokens chose it; all arithmetic is fp32 with one rounding to the
+activations' dtype. ``moe_comp_method`` (SGLang's ``CPUQuantMethod``):
+
+- ``UNQUANT`` (0): fp32 / bf16 / fp16 weights;
+- ``INT8_W8A8`` (1): int8 weights, ``w1_scale [E, 2I]`` / ``w2_scale [E, H]`` (or
+  ``[E, N, 1]``), activations quantised per row;
+- ``FP8_W8A16`` (2): float8_e4m3fn weights (packed or plain), SGLang's block scales
+  ``w1_scale [E, ceil(2I / block_n), ceil(H / block_k)]``, ``w2_scale [E, ceil(H /
+  block_n), ceil(I / block_k)]`` (fp32 or bf16) and ``block_size = [block_n, block_k]``;
+  activations not quantised;
+- ``INT4_W4A8`` (3): w1 / w2 / zeros / scales as the 3-D ``convert_weight_packed_scale_zp``
+  returns them (``is_vnni`` True), activations and gated activations quantised per row.
+
+MXFP4 (4) experts and the clamped SwiGLU of gpt-oss (``alpha`` / ``limit``) raise
+NotImplementedError. A wrong dtype
 raises TypeError, any other bad argument ValueError, naming the op, the argument, its value
 and what was expected.
 """
@@ -28,6 +41,8 @@ from torch import Tensor
 #: SGLang's ``CPUQuantMethod`` values this module runs.
 UNQUANT = 0
 INT8_W8A8 = 1
+FP8_W8A16 = 2
+INT4_W4A8 = 3
 
 
 def fused_experts(

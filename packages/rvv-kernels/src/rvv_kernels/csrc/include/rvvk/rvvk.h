@@ -300,9 +300,17 @@ struct Int4LinearArgs {
 //   g = x[t] @ W13[e][0:I]^T + b13[e][0:I],  u = x[t] @ W13[e][I:2I]^T + b13[e][I:2I]
 //   y[t, j] = (act(g) * u) @ W2[e]^T + b2[e]
 //   out[t] = base_scale * base[t] + sum over j = 0, 1, ... of w[t, j] * y[t, j]
-// (fp32 arithmetic throughout, one rounding to out_dtype; base optional). W8A8 (int8
-// weights): x[t] and act(g) * u are quantised per row as quantize_int8_rows does and the
-// GEMMs are int8_linear's (exact int32 sums times row and channel scales).
+// (fp32 arithmetic throughout, one rounding to out_dtype; base optional). The experts'
+// weight format (moe_weights, from the packed header) picks the GEMMs:
+//  - float (kF32 / kBF16 / kF16 pack_weight): linear's;
+//  - W8A8 (kI8 pack_weight, channel scales): x[t] and act(g) * u are quantised per row as
+//    quantize_int8_rows does and the GEMMs are int8_linear's (exact int32 sums times row
+//    and channel scales);
+//  - FP8 W8A16 (kFP8E4M3 pack_weight, per-(k block, channel) scales and block_k per
+//    weight): rows are not quantised, the GEMMs are fp8_linear's;
+//  - INT4 W4A8 (pack_int4_weight, [groups, n] scales and zero points per expert): rows
+//    quantised as for W8A8 (x[t] and act(g) * u, as SGLang's CPU int4 MoE does), the
+//    GEMMs are int4_linear's W4A8 form.
 // The (token, choice) pairs are grouped by expert (moe_plan), so each expert's weights
 // are read once per call however many tokens chose it, and each GEMM runs over all of
 // the expert's rows. A call runs five stages in order (moe_experts with each MoeStage
@@ -330,14 +338,23 @@ struct MoeExpertsArgs {
   std::int64_t x_stride = 0;
   const float* weights = nullptr;  // [tokens, topk], contiguous
   MoePlan plan;                    // filled by moe_plan
-  // Expert e's packed weights (pack_weight: float dtypes or kI8; the same dtype, shapes
-  // and panel width for every expert) start at w13 + e * w13_stride bytes (likewise w2).
+  // Expert e's packed weights (pack_weight: float dtypes, kI8 or kFP8E4M3; or
+  // pack_int4_weight; the same format, shapes, panel width and group size for every
+  // expert, w13 and w2 both quantised or both not) start at w13 + e * w13_stride bytes
+  // (likewise w2).
   const unsigned char* w13 = nullptr;
   std::int64_t w13_stride = 0;
   const unsigned char* w2 = nullptr;
   std::int64_t w2_stride = 0;
-  const float* w13_scales = nullptr;  // kI8: [experts, 2I] channel scales
-  const float* w2_scales = nullptr;   // kI8: [experts, H]
+  // Scales, expert e's at e * moe_scale_rows(weight) * N floats (N = 2I for w13, H for
+  // w2; row stride N): kI8 [experts, N] channel scales; kFP8E4M3 [experts, ceil(K /
+  // block_k), N]; int4 [experts, groups, N].
+  const float* w13_scales = nullptr;
+  const float* w2_scales = nullptr;
+  std::int64_t w13_block_k = 0;  // kFP8E4M3: K positions per scale row (>= 1)
+  std::int64_t w2_block_k = 0;
+  const std::uint8_t* w13_zeros = nullptr;  // int4: [experts, groups, 2I] zero points 0..16
+  const std::uint8_t* w2_zeros = nullptr;   // int4: [experts, groups, H]
   DType bias_dtype = DType::kF32;
   const void* b13 = nullptr;  // [experts, 2I] or null
   const void* b2 = nullptr;   // [experts, H] or null
@@ -347,8 +364,9 @@ struct MoeExpertsArgs {
   void* out = nullptr;  // [tokens, H] of x_dtype, row stride out_stride
   std::int64_t out_stride = 0;
   // Workspaces, A = tokens * topk rows each (moe_workspace_bytes): gathered rows [A, H]
-  // (x_dtype, or int8 + xg_scales [A] for kI8 weights), gate/up outputs ic1 [A, 2I],
-  // activations ic2 [A, I] (fp32; kI8 also ic2_q + ic2_scales), down outputs y [A, H].
+  // (x_dtype, or int8 + xg_scales [A] for W8A8 / W4A8 weights), gate/up outputs ic1
+  // [A, 2I], activations ic2 [A, I] (fp32; W8A8 / W4A8 also ic2_q + ic2_scales), down
+  // outputs y [A, H].
   void* xg = nullptr;
   float* xg_scales = nullptr;
   float* ic1 = nullptr;
@@ -357,12 +375,46 @@ struct MoeExpertsArgs {
   float* ic2_scales = nullptr;
   float* y = nullptr;
 };
-// The packed header of expert 0's W13 and W2.
-inline const PackedWeightHeader& moe_w13_header(const MoeExpertsArgs& a) {
-  return *reinterpret_cast<const PackedWeightHeader*>(a.w13);
+// The format of a packed expert weight, from its header (both header kinds start with
+// their magic number).
+enum class MoeWeights : int { kFloat = 0, kInt8 = 1, kFp8 = 2, kInt4 = 3 };
+inline bool moe_is_int4(const unsigned char* packed) {
+  return *reinterpret_cast<const std::uint32_t*>(packed) == kPackedInt4Magic;
 }
-inline const PackedWeightHeader& moe_w2_header(const MoeExpertsArgs& a) {
-  return *reinterpret_cast<const PackedWeightHeader*>(a.w2);
+inline MoeWeights moe_weights(const unsigned char* packed) {
+  if (moe_is_int4(packed)) return MoeWeights::kInt4;
+  const DType dt = reinterpret_cast<const PackedWeightHeader*>(packed)->dtype;
+  return dt == DType::kI8 ? MoeWeights::kInt8
+         : dt == DType::kFP8E4M3 ? MoeWeights::kFp8
+                                 : MoeWeights::kFloat;
+}
+// Whether the rows entering a GEMM over this weight are int8-quantised (W8A8, W4A8).
+inline bool moe_quantised_rows(const unsigned char* packed) {
+  const MoeWeights w = moe_weights(packed);
+  return w == MoeWeights::kInt8 || w == MoeWeights::kInt4;
+}
+// GEMM tasks (panels) of one expert's packed weight.
+inline std::int64_t moe_weight_tasks(const unsigned char* packed) {
+  return moe_is_int4(packed)
+             ? int4_linear_tasks(*reinterpret_cast<const PackedInt4Header*>(packed))
+             : linear_tasks(*reinterpret_cast<const PackedWeightHeader*>(packed));
+}
+// Rows of N scales per expert (see MoeExpertsArgs::w13_scales): 1 for kI8, ceil(K /
+// block_k) for kFP8E4M3, the groups for int4, 0 for float weights.
+inline std::int64_t moe_scale_rows(const unsigned char* packed, std::int64_t block_k) {
+  switch (moe_weights(packed)) {
+    case MoeWeights::kInt8:
+      return 1;
+    case MoeWeights::kFp8: {
+      const std::int64_t k = reinterpret_cast<const PackedWeightHeader*>(packed)->k;
+      return block_k > 0 ? (k + block_k - 1) / block_k : 0;
+    }
+    case MoeWeights::kInt4:
+      return int4_groups(*reinterpret_cast<const PackedInt4Header*>(packed));
+    case MoeWeights::kFloat:
+      break;
+  }
+  return 0;
 }
 inline std::int64_t moe_stage_tasks(const MoeExpertsArgs& a, MoeStage s) {
   switch (s) {
@@ -370,9 +422,9 @@ inline std::int64_t moe_stage_tasks(const MoeExpertsArgs& a, MoeStage s) {
     case MoeStage::kAct:
       return a.tokens * a.topk;
     case MoeStage::kGateUp:
-      return a.plan.active_count * linear_tasks(moe_w13_header(a));
+      return a.plan.active_count * moe_weight_tasks(a.w13);
     case MoeStage::kDown:
-      return a.plan.active_count * linear_tasks(moe_w2_header(a));
+      return a.plan.active_count * moe_weight_tasks(a.w2);
     case MoeStage::kCombine:
       return a.tokens;
   }

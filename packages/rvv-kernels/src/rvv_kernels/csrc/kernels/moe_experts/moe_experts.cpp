@@ -1,9 +1,10 @@
 // Mixture-of-experts feed-forward (SGLang's fused_experts_cpu / shared_expert_cpu): the
 // (token, choice) pairs grouped by expert, then per expert the gate/up GEMM, the gated
 // activation and the down GEMM over all of its rows, then the weighted sum per token.
-// The GEMMs and the activation are this variant's linear, int8_linear and act_and_mul
-// kernels (their RVV code on RISC-V); this file adds the grouping, the gathering and the
-// weighted sum.
+// The GEMMs and the activation are this variant's linear, int8_linear, fp8_linear,
+// int4_linear (W4A8) and act_and_mul kernels (their RVV code on RISC-V), picked by the
+// packed weights' header; this file adds the grouping, the gathering (and the row
+// quantisation of W8A8 / W4A8) and the weighted sum.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -23,6 +24,9 @@ void int8_linear(const Int8LinearArgs& args, std::int64_t panel_begin,
 void quantize_int8_rows(DType dtype, const void* x, std::int64_t x_stride, std::int64_t rows,
                         std::int64_t cols, std::int8_t* q, std::int64_t q_stride,
                         float* scales);
+void fp8_linear(const Fp8LinearArgs& args, std::int64_t panel_begin, std::int64_t panel_end);
+void int4_linear(const Int4LinearArgs& args, std::int64_t panel_begin,
+                 std::int64_t panel_end);
 void act_and_mul(Activation act, DType dtype, void* out, std::int64_t out_stride,
                  const void* input, std::int64_t input_stride, std::int64_t rows,
                  std::int64_t cols);
@@ -54,7 +58,7 @@ void for_each_expert_panels(const MoePlan& plan, std::int64_t panels, std::int64
 }
 
 void gather(const MoeExpertsArgs& a, std::int64_t begin, std::int64_t end) {
-  const bool int8 = moe_w13_header(a).dtype == DType::kI8;
+  const bool int8 = moe_quantised_rows(a.w13);
   const std::int64_t elem = packed_element_bytes(a.x_dtype);
   const auto* x = static_cast<const unsigned char*>(a.x);
   for (std::int64_t s = begin; s < end; ++s) {
@@ -72,51 +76,79 @@ void gather(const MoeExpertsArgs& a, std::int64_t begin, std::int64_t end) {
 
 // One GEMM stage: rows [first, first + m) of `in` times expert e's weight, fp32 out.
 void gemm(const MoeExpertsArgs& a, bool gate_up, std::int64_t begin, std::int64_t end) {
-  const PackedWeightHeader& h = gate_up ? moe_w13_header(a) : moe_w2_header(a);
   const unsigned char* w = gate_up ? a.w13 : a.w2;
+  const MoeWeights kind = moe_weights(w);
   const std::int64_t w_stride = gate_up ? a.w13_stride : a.w2_stride;
   const std::int64_t k = gate_up ? a.hidden : a.intermediate;
   const std::int64_t n = gate_up ? 2 * a.intermediate : a.hidden;
+  const std::int64_t block_k = gate_up ? a.w13_block_k : a.w2_block_k;
+  // Expert e's scales and zero points start at e * scale_elems.
+  const std::int64_t scale_elems = moe_scale_rows(w, block_k) * n;
+  const float* scales = gate_up ? a.w13_scales : a.w2_scales;
+  const std::uint8_t* zeros = gate_up ? a.w13_zeros : a.w2_zeros;
   const void* bias = gate_up ? a.b13 : a.b2;
   float* out = gate_up ? a.ic1 : a.y;
+  // The rows entering the GEMM: int8 + row scales (W8A8, W4A8) or float.
+  const std::int8_t* q_rows = gate_up ? static_cast<const std::int8_t*>(a.xg) : a.ic2_q;
+  const float* q_scales = gate_up ? a.xg_scales : a.ic2_scales;
+  const DType x_dtype = gate_up ? a.x_dtype : DType::kF32;
+  const unsigned char* x_rows = gate_up ? static_cast<const unsigned char*>(a.xg)
+                                        : reinterpret_cast<const unsigned char*>(a.ic2);
+  const std::int64_t x_elem = packed_element_bytes(x_dtype);
   for_each_expert_panels(
-      a.plan, linear_tasks(h), begin, end,
+      a.plan, moe_weight_tasks(w), begin, end,
       [&](std::int32_t e, std::int64_t first, std::int64_t m, std::int64_t p0,
           std::int64_t p1) {
-        if (h.dtype == DType::kI8) {
-          Int8LinearArgs g;
+        // What every GEMM form shares: the weight, bias and fp32 output rows.
+        const auto common = [&](auto& g) {
           g.m = m;
-          g.a = gate_up ? static_cast<const std::int8_t*>(a.xg) + first * k
-                        : a.ic2_q + first * k;
-          g.a_stride = k;
-          g.a_scales = (gate_up ? a.xg_scales : a.ic2_scales) + first;
           g.packed = w + e * w_stride;
-          g.w_scales = (gate_up ? a.w13_scales : a.w2_scales) + e * n;
           g.bias_dtype = a.bias_dtype;
           g.bias = bias_row(a.bias_dtype, bias, e, n);
           g.out_dtype = DType::kF32;
           g.out = out + first * n;
           g.out_stride = n;
-          RVVK_NS::int8_linear(g, p0, p1);
-        } else {
-          LinearArgs g;
-          g.m = m;
-          if (gate_up) {
-            g.x_dtype = a.x_dtype;
-            g.x = static_cast<const unsigned char*>(a.xg) +
-                  first * k * packed_element_bytes(a.x_dtype);
-          } else {
-            g.x_dtype = DType::kF32;
-            g.x = a.ic2 + first * k;
-          }
+        };
+        const auto float_rows = [&](auto& g) {
+          g.x_dtype = x_dtype;
+          g.x = x_rows + first * k * x_elem;
           g.x_stride = k;
-          g.packed = w + e * w_stride;
-          g.bias_dtype = a.bias_dtype;
-          g.bias = bias_row(a.bias_dtype, bias, e, n);
-          g.out_dtype = DType::kF32;
-          g.out = out + first * n;
-          g.out_stride = n;
-          RVVK_NS::linear(g, p0, p1);
+        };
+        const auto int8_rows = [&](auto& g) {
+          g.a = q_rows + first * k;
+          g.a_stride = k;
+          g.a_scales = q_scales + first;
+        };
+        switch (kind) {
+          case MoeWeights::kInt8: {
+            Int8LinearArgs g;
+            common(g);
+            int8_rows(g);
+            g.w_scales = scales + e * scale_elems;
+            return RVVK_NS::int8_linear(g, p0, p1);
+          }
+          case MoeWeights::kInt4: {
+            Int4LinearArgs g;
+            common(g);
+            int8_rows(g);
+            g.scales = scales + e * scale_elems;
+            g.zeros = zeros + e * scale_elems;
+            return RVVK_NS::int4_linear(g, p0, p1);
+          }
+          case MoeWeights::kFp8: {
+            Fp8LinearArgs g;
+            common(g);
+            float_rows(g);
+            g.scales = scales + e * scale_elems;
+            g.block_k = block_k;
+            return RVVK_NS::fp8_linear(g, p0, p1);
+          }
+          case MoeWeights::kFloat: {
+            LinearArgs g;
+            common(g);
+            float_rows(g);
+            return RVVK_NS::linear(g, p0, p1);
+          }
         }
       });
 }
@@ -126,7 +158,7 @@ void activate(const MoeExpertsArgs& a, std::int64_t begin, std::int64_t end) {
   const std::int64_t i = a.intermediate;
   RVVK_NS::act_and_mul(a.act, DType::kF32, a.ic2 + begin * i, i, a.ic1 + begin * 2 * i, 2 * i,
               end - begin, i);
-  if (moe_w2_header(a).dtype == DType::kI8) {
+  if (moe_quantised_rows(a.w2)) {
     RVVK_NS::quantize_int8_rows(DType::kF32, a.ic2 + begin * i, i, end - begin, i, a.ic2_q + begin * i,
                        i, a.ic2_scales + begin);
   }
