@@ -43,6 +43,9 @@ UNQUANT = 0
 INT8_W8A8 = 1
 FP8_W8A16 = 2
 INT4_W4A8 = 3
+#: The ``moe_comp_method`` values ``fused_experts_cpu`` runs (sglang-rvv registers its FP8 /
+#: INT4 MoE hooks by this).
+METHODS = (UNQUANT, INT8_W8A8, FP8_W8A16, INT4_W4A8)
 
 
 def fused_experts(
