@@ -2,8 +2,10 @@
 
 ``--rvv-ops-lengths=quick`` (or ``RVV_OPS_TEST_LENGTHS=quick``) runs the reference
 comparisons on a subset of row lengths, for slow runs under emulation; the header and
-the summary of the run say so. ``RVV_OPS_TEST_PYTHON`` is the command (shell syntax)
-that starts a fresh Python for the subprocess tests: under qemu-user the emulated
+the summary of the run say so. It also runs each mixture-of-experts reference shape in one
+activation dtype, rotating over the shapes, which ``--rvv-ops-moe-dtypes=rotate`` (or
+``RVV_OPS_TEST_MOE_DTYPES=rotate``) asks for alone. ``RVV_OPS_TEST_PYTHON`` is the command
+(shell syntax) that starts a fresh Python for the subprocess tests: under qemu-user the emulated
 Python cannot exec ``sys.executable`` itself, so tools/ops_riscv.py passes the QEMU
 command line.
 """
@@ -36,6 +38,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="row lengths for the reference comparisons: full, or the quick subset "
         "(default: $RVV_OPS_TEST_LENGTHS or full)",
     )
+    parser.addoption(
+        "--rvv-ops-moe-dtypes",
+        choices=("all", "rotate"),
+        default=os.environ.get("RVV_OPS_TEST_MOE_DTYPES"),
+        help="the MoE reference shapes in every dtype (all) or each in one, rotating "
+        "(default: $RVV_OPS_TEST_MOE_DTYPES, else rotate with the quick lengths, all with "
+        "the full ones)",
+    )
+
+
+def _moe_rotate(config: pytest.Config) -> bool:
+    choice = config.getoption("--rvv-ops-moe-dtypes")
+    if choice is None:
+        return bool(config.getoption("--rvv-ops-lengths") == "quick")
+    return bool(choice == "rotate")
 
 
 def _lengths(config: pytest.Config) -> tuple[int, ...]:
@@ -54,6 +71,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"zvfhmin={cpu['zvfhmin']} (from {cpu['source']})",
         f"row lengths ({choice}): {list(_lengths(config))}"
         + ("" if choice == "full" else f"; full set: {list(ROW_LENGTHS['full'])}"),
+        "MoE reference shapes: "
+        + ("each in one dtype, rotating" if _moe_rotate(config) else "in every dtype"),
     ]
 
 
@@ -67,13 +86,13 @@ def pytest_terminal_summary(
             "(--rvv-ops-lengths=full runs them)",
             yellow=True,
         )
-        moe = config.stash.get(_MOE_LEFT_OUT, 0)
-        if moe:
-            terminalreporter.write_line(
-                f"rvv-ops: quick set; {moe} MoE reference cases in other dtypes of shapes that "
-                "ran in one dtype were not run (--rvv-ops-lengths=full runs them)",
-                yellow=True,
-            )
+    moe = config.stash.get(_MOE_LEFT_OUT, 0)
+    if moe:
+        terminalreporter.write_line(
+            f"rvv-ops: {moe} MoE reference cases in other dtypes of shapes that ran in one "
+            "dtype were not run (--rvv-ops-moe-dtypes=all runs them)",
+            yellow=True,
+        )
 
 
 # The mixture-of-experts reference tests (test_moe.py, test_moe_routing.py) take every shape
@@ -82,7 +101,7 @@ MOE_FILES = ("test_moe.py", "test_moe_routing.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--rvv-ops-lengths") == "full":
+    if not _moe_rotate(config):
         return
     kept: list[pytest.Item] = []
     left_out: list[pytest.Item] = []
