@@ -247,7 +247,7 @@ def sglang_moe(session: nox.Session) -> None:
     """The MoE demo models (Qwen3-MoE, Qwen2-MoE with a shared expert) end to end in fp32 and
     bf16: rvv with layer routing (routing and fused-experts ops) against torch_native, and
     quantised (Qwen3-MoE W8A8; Qwen2-MoE AWQ, GPTQ, FP8) against their dequantised twins
-    (about 12 minutes; sglang-tests runs the fp32 half of the first part)."""
+    (about 12 minutes; sglang-tests runs Qwen2-MoE's fp32 comparisons)."""
     install_sglang(session)
     session.run(
         "pytest", f"{SGLANG_RVV}/tests/test_e2e_moe.py", "-v", "-s", *session.posargs,
