@@ -283,5 +283,6 @@ def test_quantised_moe_agrees_with_its_dequantised_twin(
     else:
         assert same / positions >= W8A8_TOP1
     _moe_stats(stats)
-    assert stats.get(op, 0) > 0, stats  # the attention (and shared expert) linears
-    assert "weight_packed_linear" not in stats, stats  # no linear layer stayed unquantised
+    # the attention (and shared expert) linears, packed once at load; the router stays
+    # unquantised (weight_packed_linear)
+    assert stats.get(op, 0) > 0 and stats.get(pack, 0) > 0, stats

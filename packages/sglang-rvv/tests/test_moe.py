@@ -251,15 +251,30 @@ def test_moe_hooks_are_listed_only_for_ops_rvv_ops_has(monkeypatch: pytest.Monke
     monkeypatch.setattr(moe, "missing_ops", lambda: list(moe.MOE_OPS))
     assert moe.routed_hooks() == []
     monkeypatch.setattr(moe, "missing_ops", lambda: ["grouped_topk_cpu"])
-    targets = [t.rsplit(".", 1)[-1] for t, _ in moe.routed_hooks()]
-    assert targets == [
+
+    def names() -> list[str]:
+        """Each hook's target as function (routing) or Class.method."""
+        parts = [t.split(".") for t, _ in moe.routed_hooks()]
+        return [p[-1] if p[-2] == "topk" else f"{p[-2]}.{p[-1]}" for p in parts]
+
+    base = [
         "fused_topk_native",
         "biased_grouped_topk",
-        "process_weights_after_loading",
-        "forward_native",
-        "process_weights_after_loading",
-        "apply",
+        "UnquantizedFusedMoEMethod.process_weights_after_loading",
+        "UnquantizedFusedMoEMethod.forward_native",
+        "W8A8Int8MoEMethod.process_weights_after_loading",
+        "W8A8Int8MoEMethod.apply",
     ]
+    quantised = [
+        f"{cls}.{meth}"
+        for cls in ("Fp8MoEMethod", "AWQIntelAMXMoEKernel", "GPTQIntelAMXMoEKernel")
+        for meth in ("process_weights_after_loading", "apply")
+    ]
+    assert moe.quant_methods() == (0, 1, 2, 3)  # the installed rvv-ops runs all four
+    assert names() == base + quantised
+    # an older rvv-ops, whose fused_experts_cpu runs only UNQUANT and INT8_W8A8
+    monkeypatch.setattr(moe, "quant_methods", lambda: (0, 1))
+    assert names() == base
     assert torch.ops.sgl_kernel is not None
 
 
@@ -320,6 +335,73 @@ def test_w8a8_moe_runs_fused_experts_int8() -> None:
     out, _ = _run(_W8A8_SCRIPT, SGLANG_RVV_LAYERS="1")
     for name, (err, dtype) in out["res"].items():
         assert err <= 3e-2, f"{name}: {err}"
+        assert dtype == name.split("-")[0]
+    calls = out["calls"]
+    assert calls.get(moe.PACK_COUNT) == 8 and calls.get("fused_experts_cpu") == 12, calls
+
+
+_FP8_SCRIPT = """
+    import json, torch
+    from sglang.srt.layers.quantization.fp8 import Fp8Config, Fp8MoEMethod
+    from sglang.srt.layers.moe.moe_runner import MoeRunnerConfig
+    from sglang.srt.layers.moe.token_dispatcher import StandardDispatchOutput
+    from sglang.srt.layers.moe.topk import StandardTopKOutput
+    from sglang.srt.plugins import load_plugins
+    load_plugins()
+    from sglang_rvv import layers
+    torch.manual_seed(0)
+    B = 16  # block_n = block_k
+    def quant(w):  # per B x B block: scale = amax / 448
+        e, n, k = w.shape
+        blocks = w.reshape(e, n // B, B, k // B, B)
+        s = blocks.abs().amax(dim=(2, 4)) / 448
+        q = (blocks / s[:, :, None, :, None]).reshape(e, n, k).to(torch.float8_e4m3fn)
+        full = s.repeat_interleave(B, 1).repeat_interleave(B, 2)
+        return q, s.float(), q.double() * full.double()
+    res = {}
+    for dt in (torch.float32, torch.bfloat16):
+        for e, h, i, k in ((8, 64, 48, 2), (16, 48, 32, 4)):
+            m = Fp8MoEMethod(Fp8Config(is_checkpoint_fp8_serialized=True,
+                                       weight_block_size=[B, B]))
+            layer = torch.nn.Module()
+            cfg = MoeRunnerConfig(activation="silu")
+            layer.moe_runner_config, layer.num_experts = cfg, e
+            layer.moe_tp_size = 1
+            m.create_weights(layer, num_experts=e, hidden_size=h,
+                             intermediate_size_per_partition=i, params_dtype=dt,
+                             weight_loader=None)
+            q13, s13, w13 = quant(torch.randn(e, 2 * i, h) * h ** -0.5)
+            q2, s2, w2 = quant(torch.randn(e, h, i) * i ** -0.5)
+            layer.w13_weight.data.copy_(q13); layer.w13_weight_scale_inv.data.copy_(s13)
+            layer.w2_weight.data.copy_(q2); layer.w2_weight_scale_inv.data.copy_(s2)
+            m.moe_runner_config = cfg
+            m.process_weights_after_loading(layer)
+            for t in (1, 5, 40):
+                x = torch.randn(t, h, dtype=dt)
+                logits = torch.randn(t, e)
+                w, ids = torch.topk(logits.softmax(-1), k)
+                d = StandardDispatchOutput(hidden_states=x, hidden_states_scale=None,
+                    topk_output=StandardTopKOutput(w, ids.to(torch.int32), logits))
+                got = m.apply(layer, d).hidden_states
+                ref = torch.zeros(t, h, dtype=torch.float64)
+                for a in range(t):
+                    for j in range(k):
+                        g, u = (w13[ids[a, j]] @ x[a].double()).chunk(2)
+                        act = torch.nn.functional.silu(g) * u
+                        ref[a] += w[a, j].double() * (w2[ids[a, j]] @ act)
+                res[f"{dt}-e{e}-t{t}"] = [float((got.double() - ref).abs().max() / ref.abs().max()),
+                                         str(got.dtype)]
+    print(json.dumps({"res": res, "calls": dict(layers.CALLS)}))
+"""
+
+
+def test_fp8_moe_runs_fused_experts_w8a16() -> None:
+    """Block-scaled FP8 experts (SGLang's CPU branch asserts AMX) through ``fused_experts_cpu``
+    with ``FP8_W8A16``: activations are not quantised, so the result is the dequantised
+    weights' in fp32 arithmetic (one rounding to bf16 for bf16 activations)."""
+    out, _ = _run(_FP8_SCRIPT, SGLANG_RVV_LAYERS="1")
+    for name, (err, dtype) in out["res"].items():
+        assert err <= (1e-5 if name.startswith("torch.float32") else 1e-2), f"{name}: {err}"
         assert dtype == name.split("-")[0]
     calls = out["calls"]
     assert calls.get(moe.PACK_COUNT) == 8 and calls.get("fused_experts_cpu") == 12, calls
