@@ -2,10 +2,11 @@
 
 For every case of ``rvvk_bench --list`` and every VLEN, counts the retired instructions
 of one call with the RVV variant (``rvv``; for the kernels with a Zvfh path of their own,
-``ZVFH_KERNELS``, also ``rvv_zvfh``) and with the portable variant of the same source (built
-with ``-march=rv64gc``, no vector unit, auto-vectorisation off; its count does not depend on
-VLEN, so it is taken once per case): the difference between
-runs doing 2 and 1 calls, so process start-up, set-up and first-call effects cancel out.
+``ZVFH_KERNELS``, and the cases running them, ``ZVFH_CASES``, also ``rvv_zvfh``) and with
+the portable variant of the same source (built with ``-march=rv64gc``, no vector unit,
+auto-vectorisation off; its count does not depend on VLEN, so it is taken once per case):
+the difference between runs doing 2 and 1 calls, so process start-up, set-up and
+first-call effects cancel out.
 Counting uses Debian's QEMU 7.2 with the project's insncount plugin (exact, repeatable,
 single-threaded). Prints a table and writes ``build/bench/kernels.json``: a list of records
 ``{"kernel", "case", "vlen", "variant", "insns_rvv", "insns_scalar", "ratio", ...}``, one per
@@ -26,8 +27,9 @@ cases count their scales and zero points as weight bytes). Cases that read a KV 
 case compared with another of the same shapes (``rvvk_bench --list``'s last field: the int8
 decode with the bf16 one, which ``--case`` then runs too) gets ``baseline_case``,
 ``insns_vs_baseline`` and ``est_cycles_vs_baseline`` (its RVV counts over the baseline's at
-the same VLEN), also printed in a second table. Every record carries the
-run's checkout and start time (``git``, ``date_utc``, as bench-e2e-riscv's) and also has
+the same VLEN, of the same variant where the baseline has it), also printed in a second
+table. Every record carries the run's checkout and start time (``git``, ``date_utc``, as
+bench-e2e-riscv's) and also has
 ``est_cycles_rvv`` / ``est_cycles_scalar`` and their ratio ``cycle_ratio``: the cycles of
 an in-order, dual-issue core with a 128-bit datapath such as the SpacemiT X60 under the
 model of ``rvvtools.est_cycles`` (also bench-e2e-riscv's): a scalar instruction 1/2 cycle,
@@ -58,12 +60,16 @@ from kernels_tests import ROOT, build
 DEFAULT_VLENS = (128, 256, 512)
 # Kernels (rvvk_bench --list's second field) with code of their own in the rvv_zvfh variant.
 ZVFH_KERNELS = frozenset({"int4_linear", "fp8_linear"})
+# Cases of other kernels that run those (the MoE layer's INT4 and FP8 experts).
+ZVFH_CASES = frozenset({"moe_w4a8_qwen3-30b-a3b_m1", "moe_fp8_qwen3-30b-a3b_m1"})
 # Kernels whose --quick run counts only the decode (``_m1_``) cases.
 QUICK_DECODE_ONLY = frozenset({"int4_linear", "fp8_linear", "moe_experts"})
-# Cases --quick leaves out although they are decode cases: the MoE layer's W8A8 form (its
-# scalar baseline alone retires ~0.5 billion instructions; the bf16 form runs the same
-# stages).
-QUICK_SKIP = frozenset({"moe_w8a8_qwen3-30b-a3b_m1"})
+# Cases --quick leaves out although they are decode cases: the MoE layer's W8A8, W4A8 and
+# FP8 forms (the W8A8 scalar baseline alone retires ~0.5 billion instructions; the bf16
+# form runs the same stages, and the dense W4A8 / FP8 decode cases the same GEMMs).
+QUICK_SKIP = frozenset(
+    {"moe_w8a8_qwen3-30b-a3b_m1", "moe_w4a8_qwen3-30b-a3b_m1", "moe_fp8_qwen3-30b-a3b_m1"}
+)
 
 
 def count(bench: Path, case: str, reps: int, vlen: int, variant: str) -> dict[str, int]:
@@ -161,15 +167,21 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [c for c in cases if c not in kernels]
     if unknown:
         parser.error(f"unknown cases {unknown}; known: {sorted(kernels)}")
-    # A case compared with a baseline brings the baseline along.
-    cases += sorted({baselines[c] for c in cases if c in baselines} - set(cases))
+    # A case compared with a baseline brings the baseline along, and that one its own (a MoE
+    # case's dense layer is compared with another dense layer).
+    while extra := sorted({baselines[c] for c in cases if c in baselines} - set(cases)):
+        cases += extra
 
     run = rvvtools.run_stamp()
     # The portable variant runs no vector instruction, so its count does not depend on
     # VLEN: it is counted once per case (at the first VLEN) and reused.
     variants = {
         c: ["rvv"]
-        + (["rvv_zvfh"] if kernels[c] in ZVFH_KERNELS and (not args.quick or "_m1_" in c) else [])
+        + (
+            ["rvv_zvfh"]
+            if (kernels[c] in ZVFH_KERNELS or c in ZVFH_CASES) and (not args.quick or "_m1_" in c)
+            else []
+        )
         for c in cases
     }
     jobs = [(c, v, variant) for c in cases for v in vlens for variant in variants[c]] + [
@@ -211,7 +223,11 @@ def main(argv: list[str] | None = None) -> int:
         if kv_bytes[case]:
             record["kv_bytes"] = kv_bytes[case]
         if case in baselines:
-            base = results[(baselines[case], vlen, "rvv")]  # its rvv counts
+            # The baseline's counts of the same variant where it has them (a MoE layer's
+            # INT4 / FP8 experts against the dense layer's), else its rvv ones.
+            base = results.get(
+                (baselines[case], vlen, variant), results[(baselines[case], vlen, "rvv")]
+            )
             record["baseline_case"] = baselines[case]
             record["insns_vs_baseline"] = round(rvv["total"] / base["total"], 3)
             record["est_cycles_vs_baseline"] = round(

@@ -344,21 +344,37 @@ std::function<void()> w8a8_case() {
   };
 }
 
+// Packs a random [n, k] INT4 weight with groups of g along k (nibbles 0..15) for the
+// running variant.
+std::vector<std::uint32_t> packed_int4_weight(std::int64_t n, std::int64_t k, std::int64_t g,
+                                              Rng& rng) {
+  rvvk::PackedInt4Header h;
+  rvvk::pack_int4_weight_layout(n, k, g, &h);
+  std::vector<std::uint32_t> packed(static_cast<std::size_t>(h.bytes + 3) / 4);
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(n * k));
+  for (auto& v : q) v = static_cast<std::uint8_t>(static_cast<int>((rng.next() + 1.0f) * 8.0f) & 15);
+  rvvk::pack_int4_weight(h, q.data(), k, packed.data());
+  return packed;
+}
+
+// Random zero points 0..15.
+std::vector<std::uint8_t> random_zeros(std::size_t n, Rng& rng) {
+  std::vector<std::uint8_t> z(n);
+  for (auto& v : z) v = static_cast<std::uint8_t>(static_cast<int>((rng.next() + 1.0f) * 8.0f) & 15);
+  return z;
+}
+
 // INT4 layer with groups of G along K (random nibbles, zero points 0..15): W4A8 as
 // int4_scaled_mm_cpu runs it (quantise the bf16 rows, then the integer GEMM) or W4A16
 // (bf16 rows, fp32 FMA), bf16 out.
 template <std::int64_t M, std::int64_t K, std::int64_t N, std::int64_t G, bool kW4A8>
 std::function<void()> int4_case() {
   static Rng rng;
-  static rvvk::PackedInt4Header h;
-  rvvk::pack_int4_weight_layout(N, K, G, &h);
-  static std::vector<std::uint32_t> packed(static_cast<std::size_t>(h.bytes + 3) / 4);
-  std::vector<std::uint8_t> q(static_cast<std::size_t>(N * K));
-  for (auto& v : q) v = static_cast<std::uint8_t>(static_cast<int>((rng.next() + 1.0f) * 8.0f) & 15);
-  rvvk::pack_int4_weight(h, q.data(), K, packed.data());
+  static std::vector<std::uint32_t> packed = packed_int4_weight(N, K, G, rng);
+  static const rvvk::PackedInt4Header& h =
+      *reinterpret_cast<const rvvk::PackedInt4Header*>(packed.data());
   constexpr std::int64_t groups = (K + G - 1) / G;
-  static std::vector<std::uint8_t> zeros(groups * N);
-  for (auto& v : zeros) v = static_cast<std::uint8_t>(static_cast<int>((rng.next() + 1.0f) * 8.0f) & 15);
+  static std::vector<std::uint8_t> zeros = random_zeros(groups * N, rng);
   static std::vector<float> scales(groups * N, 0.01f);
   static auto x = random_bf16(M * K, rng);
   static std::vector<std::uint16_t> y(M * N);
@@ -411,6 +427,11 @@ std::function<void()> fp8w_case() {
   return [] { rvvk::fp8_linear(a, 0, d.tasks()); };
 }
 
+// Bytes an fp8 layer streams: the weight codes and the block scales.
+constexpr std::int64_t fp8w_bytes(std::int64_t k, std::int64_t n) {
+  return k * n + (k + kFp8BlockK - 1) / kFp8BlockK * n * 4;
+}
+
 // One Qwen3-30B-A3B MoE layer's experts (hidden 2048, 128 experts, top 8, expert
 // intermediate 768) over M tokens, as SGLang runs it single-threaded: the router
 // (moe_routing_case's: softmax, top 8, renormalised), then fused_experts_cpu's grouping
@@ -433,21 +454,79 @@ constexpr std::int64_t moe_active_experts(std::int64_t m) {
   }
   return n;
 }
-// Bytes of expert weights a call reads: each chosen expert's W13 and W2 once (plus the
-// int8 channel scales).
-constexpr std::int64_t moe_weight_bytes(std::int64_t m, bool int8) {
+// The experts' weight format: bf16; W8A8 (int8, channel scales); W4A8 (INT4 groups of
+// kMoeGroup along K, scales and zero points); FP8 W8A16 (e4m3, kFp8BlockK x kFp8BlockK
+// block scales, each expanded along N to one per channel as the op layer does).
+enum class MoeFormat { kBF16, kW8A8, kW4A8, kFP8 };
+constexpr std::int64_t kMoeGroup = 128;
+// Rows of N scales (and zero points) per expert weight [N, K]: the kernel's moe_scale_rows.
+constexpr std::int64_t moe_scale_rows(MoeFormat f, std::int64_t k) {
+  switch (f) {
+    case MoeFormat::kW8A8:
+      return 1;
+    case MoeFormat::kW4A8:
+      return (k + kMoeGroup - 1) / kMoeGroup;
+    case MoeFormat::kFP8:
+      return (k + kFp8BlockK - 1) / kFp8BlockK;
+    case MoeFormat::kBF16:
+      break;
+  }
+  return 0;
+}
+// Bytes one expert weight [N, K] streams, counted as the dense cases count theirs (the
+// quantised ones with their scales and zero points).
+constexpr std::int64_t moe_layer_bytes(MoeFormat f, std::int64_t k, std::int64_t n) {
+  switch (f) {
+    case MoeFormat::kBF16:
+      return k * n * 2;
+    case MoeFormat::kW8A8:
+      return k * n + n * 4;
+    case MoeFormat::kW4A8:
+      return int4_weight_bytes(k, n, kMoeGroup);
+    case MoeFormat::kFP8:
+      return fp8w_bytes(k, n);
+  }
+  return 0;
+}
+// Bytes of expert weights a call reads: each chosen expert's W13 and W2 once.
+constexpr std::int64_t moe_weight_bytes(std::int64_t m, MoeFormat f) {
   return moe_active_experts(m) *
-         (3 * kMoeH * kMoeI * (int8 ? 1 : 2) + (int8 ? (2 * kMoeI + kMoeH) * 4 : 0));
+         (moe_layer_bytes(f, kMoeH, 2 * kMoeI) + moe_layer_bytes(f, kMoeI, kMoeH));
 }
 
-template <std::int64_t M, bool kInt8>
+// Expert weight [n, k] of format f, packed for the running variant.
+std::vector<std::uint32_t> moe_packed_weight(MoeFormat f, std::int64_t n, std::int64_t k,
+                                             Rng& rng) {
+  switch (f) {
+    case MoeFormat::kW4A8:
+      return packed_int4_weight(n, k, kMoeGroup, rng);
+    case MoeFormat::kW8A8:
+      return packed_weight(DType::kI8, n, k);
+    case MoeFormat::kFP8:
+      return packed_weight(DType::kFP8E4M3, n, k);
+    case MoeFormat::kBF16:
+      break;
+  }
+  return packed_weight(DType::kBF16, n, k);
+}
+
+// The layer in format f. The scales (and INT4 zero points) are per expert, for all 128:
+// the kernel finds expert e's at e * scale rows * N (no stride to share them by).
+template <std::int64_t M, MoeFormat f>
 std::function<void()> moe_case() {
-  constexpr DType wdt = kInt8 ? DType::kI8 : DType::kBF16;
+  constexpr bool kInt8Rows = f == MoeFormat::kW8A8 || f == MoeFormat::kW4A8;
+  constexpr std::int64_t kRows13 = moe_scale_rows(f, kMoeH), kRows2 = moe_scale_rows(f, kMoeI);
   static Rng rng;
+  static std::vector<std::uint32_t> w13 = moe_packed_weight(f, 2 * kMoeI, kMoeH, rng);
+  static std::vector<std::uint32_t> w2 = moe_packed_weight(f, kMoeH, kMoeI, rng);
+  static std::vector<float> s13(kMoeE * kRows13 * 2 * kMoeI, 0.01f),
+      s2(kMoeE * kRows2 * kMoeH, 0.01f);
+  static std::vector<std::uint8_t> z13, z2;
+  if constexpr (f == MoeFormat::kW4A8) {
+    z13 = random_zeros(s13.size(), rng);
+    z2 = random_zeros(s2.size(), rng);
+  }
   static auto x = random_bf16(M * kMoeH, rng);
-  static std::vector<std::uint32_t> w13 = packed_weight(wdt, 2 * kMoeI, kMoeH);
-  static std::vector<std::uint32_t> w2 = packed_weight(wdt, kMoeH, kMoeI);
-  static std::vector<float> s13(kMoeE * 2 * kMoeI, 0.01f), s2(kMoeE * kMoeH, 0.01f);
   static std::vector<std::int32_t> ids(M * kMoeK);
   static std::vector<float> weights(M * kMoeK, 0.125f);
   for (std::int64_t t = 0; t < M; ++t)
@@ -476,9 +555,14 @@ std::function<void()> moe_case() {
   a.w13_stride = a.w2_stride = 0;
   a.w13_scales = s13.data();
   a.w2_scales = s2.data();
+  if constexpr (f == MoeFormat::kFP8) a.w13_block_k = a.w2_block_k = kFp8BlockK;
+  if constexpr (f == MoeFormat::kW4A8) {
+    a.w13_zeros = z13.data();
+    a.w2_zeros = z2.data();
+  }
   a.out = out.data();
   a.out_stride = kMoeH;
-  a.xg = kInt8 ? static_cast<void*>(xg_q.data()) : static_cast<void*>(xg.data());
+  a.xg = kInt8Rows ? static_cast<void*>(xg_q.data()) : static_cast<void*>(xg.data());
   a.xg_scales = xg_s.data();
   a.ic1 = ic1.data();
   a.ic2 = ic2.data();
@@ -495,11 +579,6 @@ std::function<void()> moe_case() {
       rvvk::moe_experts(a, st, 0, rvvk::moe_stage_tasks(a, st));
     }
   };
-}
-
-// Bytes an fp8 layer streams: the weight codes and the block scales.
-constexpr std::int64_t fp8w_bytes(std::int64_t k, std::int64_t n) {
-  return k * n + (k + kFp8BlockK - 1) / kFp8BlockK * n * 4;
 }
 
 const std::map<std::string, Case>& cases() {
@@ -537,15 +616,22 @@ const std::map<std::string, Case>& cases() {
         "linear_bf16_m1_k1536_n8960"}},
       {"fp8w_m64_k1536_n8960",
        {"fp8_linear", fp8w_case<64, 1536, 8960>, fp8w_bytes(1536, 8960)}},
-      // A Qwen3-30B-A3B MoE layer's experts at decode and at 16 tokens, bf16 and W8A8,
-      // compared per weight byte with the dense layers of the same weight dtype.
+      // A Qwen3-30B-A3B MoE layer's experts at decode and at 16 tokens, bf16, W8A8, W4A8
+      // and FP8, compared per weight byte with the dense layers of the same weight format.
       {"moe_bf16_qwen3-30b-a3b_m1",
-       {"moe_experts", moe_case<1, false>, moe_weight_bytes(1, false), 0,
+       {"moe_experts", moe_case<1, MoeFormat::kBF16>, moe_weight_bytes(1, MoeFormat::kBF16), 0,
         "linear_bf16_m1_k1536_n8960"}},
       {"moe_bf16_qwen3-30b-a3b_m16",
-       {"moe_experts", moe_case<16, false>, moe_weight_bytes(16, false)}},
+       {"moe_experts", moe_case<16, MoeFormat::kBF16>, moe_weight_bytes(16, MoeFormat::kBF16)}},
       {"moe_w8a8_qwen3-30b-a3b_m1",
-       {"moe_experts", moe_case<1, true>, moe_weight_bytes(1, true), 0, "w8a8_m1_k1536_n8960"}},
+       {"moe_experts", moe_case<1, MoeFormat::kW8A8>, moe_weight_bytes(1, MoeFormat::kW8A8), 0,
+        "w8a8_m1_k1536_n8960"}},
+      {"moe_w4a8_qwen3-30b-a3b_m1",
+       {"moe_experts", moe_case<1, MoeFormat::kW4A8>, moe_weight_bytes(1, MoeFormat::kW4A8), 0,
+        "w4a8_m1_k1536_n8960_g128"}},
+      {"moe_fp8_qwen3-30b-a3b_m1",
+       {"moe_experts", moe_case<1, MoeFormat::kFP8>, moe_weight_bytes(1, MoeFormat::kFP8), 0,
+        "fp8w_m1_k1536_n8960"}},
   };
   return c;
 }
