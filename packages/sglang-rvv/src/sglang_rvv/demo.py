@@ -55,6 +55,7 @@ def format_version(arch: str) -> int:
     """The recipe version of ``arch``'s demo model (part of its cache directory's name)."""
     return _ARCH_VERSION.get(arch, FORMAT_VERSION)
 
+
 _CORPUS = """\
 The vector unit reads a whole row of the cache at once. A row is a list of numbers.
 RISC-V is an open instruction set. Its vector extension lets one instruction work on many
