@@ -225,8 +225,20 @@ def sglang_tests(session: nox.Session) -> None:
     install_sglang(session)
     session.run(
         "pytest", f"{SGLANG_RVV}/tests", f"{CONFORMANCE}/test_sglang_backend.py", "-v", "-s",
-        "-m", "not quant_full and not moe_full", *session.posargs,
+        "-m", "not quant_full and not moe_full and not e2e_full", *session.posargs,
         env={"SGLANG_USE_CPU_ENGINE": "1"},
+    )  # fmt: skip
+
+
+@nox.session(name="sglang-e2e")
+def sglang_e2e(session: nox.Session) -> None:
+    """The end-to-end tests sglang-tests leaves out for its budget: the second dense demo
+    arch (Llama; the same attention shapes as Qwen2) with the INT8 KV cache and with tensor
+    parallelism (tp1 vs tp2), about 3 minutes."""
+    install_sglang(session)
+    session.run(
+        "pytest", f"{SGLANG_RVV}/tests/test_e2e.py", f"{SGLANG_RVV}/tests/test_tp.py", "-v",
+        "-s", "-m", "e2e_full", *session.posargs, env={"SGLANG_USE_CPU_ENGINE": "1"},
     )  # fmt: skip
 
 

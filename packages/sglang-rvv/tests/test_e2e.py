@@ -264,6 +264,12 @@ def tmp_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("e2e")
 
 
+FIRST_ARCH_DEFAULT = [
+    a if a == demo.ARCHS[0] else pytest.param(a, marks=pytest.mark.e2e_full) for a in demo.ARCHS
+]
+"""The dense demo archs, the second marked ``e2e_full`` (``nox -s sglang-e2e``): it has the
+first's attention shapes, so its INT8-KV and TP servers add little to the default run."""
+
 _CACHE: dict[tuple[str, str, bool, str], Results] = {}
 
 
@@ -297,9 +303,15 @@ def test_rvv_matches_torch_native(served: Any, arch: str) -> None:
     _compare(served(arch, "rvv"), served(arch, "torch_native"), f"{arch} rvv vs torch_native")
 
 
-@pytest.mark.parametrize("arch", demo.ARCHS)
 @pytest.mark.parametrize(
-    ("backend", "kv"), [("rvv", "auto"), ("torch_native", "auto"), ("rvv", "int8")]
+    ("arch", "backend", "kv"),
+    [
+        (arch, backend, kv)
+        if kv == "auto" or arch == demo.ARCHS[0]
+        else pytest.param(arch, backend, kv, marks=pytest.mark.e2e_full)
+        for arch in demo.ARCHS
+        for backend, kv in (("rvv", "auto"), ("torch_native", "auto"), ("rvv", "int8"))
+    ],
 )
 def test_workload_is_consistent(served: Any, arch: str, backend: str, kv: str) -> None:
     res = served(arch, backend, kv=kv)
@@ -388,7 +400,7 @@ INT8_LOGPROB_BOUND = 0.25
 """Largest difference (nats) of a text token's log-probability, INT8 vs the model's KV dtype."""
 
 
-@pytest.mark.parametrize("arch", demo.ARCHS)
+@pytest.mark.parametrize("arch", FIRST_ARCH_DEFAULT)
 def test_int8_kv_agrees_with_the_models_kv_dtype(served: Any, arch: str) -> None:
     """Same weights, ``--kv-cache-dtype int8`` vs the default: the first token of every
     prompt, and teacher-forced top-1 tokens and log-probabilities over >= 500 positions."""
@@ -440,7 +452,7 @@ def test_int8_kv_ran_the_int8_kernels_and_nothing_fell_back(served: Any) -> None
 _POOL = re.compile(r"KV pool (\w+): (\d+) bytes \(K \d+, V \d+\) for (\d+) tokens")
 
 
-@pytest.mark.parametrize("arch", demo.ARCHS)
+@pytest.mark.parametrize("arch", FIRST_ARCH_DEFAULT)
 def test_int8_kv_pool_is_about_half_of_the_default(served: Any, arch: str) -> None:
     """For the same ``--max-total-tokens``, the pool's own size report: INT8 values plus fp32
     scales per token and head, i.e. ``(D + 4) / (2 D)`` of bf16's (0.52 at D = 128; the demo
