@@ -156,18 +156,24 @@ def unquant_args(
             *alpha_limit, packed, activation)  # fmt: skip
 
 
-def moe_cases() -> Iterator[tuple[int, int, int, int, int]]:
-    """(experts, topk, tokens, hidden, intermediate)"""
+def quant_moe_cases() -> Iterator[tuple[int, int, int, int]]:
+    """(experts, topk, tokens, i): experts {1, 8, 60, 128} x top-k {1, 2, 8} (top-k <= experts)
+    x tokens {1, 3, 16, 300}, i numbering them (the FP8 and INT4 tests pick sizes by it)."""
     i = 0
     for experts in (1, 8, 60, 128):
         for topk in (1, 2, 8):
             if topk > experts:
                 continue
             for tokens in (1, 3, 16, 300):
-                hidden = (33, 64, 17)[i % 3]
-                inter = (17, 40, 8, 1)[i % 4]
+                yield experts, topk, tokens, i
                 i += 1
-                yield experts, topk, tokens, hidden, inter
+
+
+def moe_cases() -> Iterator[tuple[int, int, int, int, int]]:
+    """(experts, topk, tokens, hidden, intermediate): quant_moe_cases' grid, i picking the
+    sizes."""
+    for experts, topk, tokens, i in quant_moe_cases():
+        yield experts, topk, tokens, (33, 64, 17)[i % 3], (17, 40, 8, 1)[i % 4]
 
 
 def rounding(dtype: torch.dtype, want: Tensor) -> Tensor:
@@ -254,18 +260,6 @@ def test_fused_experts_w8a8(experts: int, topk: int, tokens: int, hidden: int, i
     )
     want, tol = w8a8_reference(x, w13, w2, s13, s2, weights, ids)
     check(got, want, tol + rounding(dtype, want) + 1e-6)
-
-
-def quant_moe_cases() -> Iterator[tuple[int, int, int, int]]:
-    """(experts, topk, tokens, i) for the FP8 and INT4 experts: i picks the sizes."""
-    i = 0
-    for experts in (1, 8, 60, 128):
-        for topk in (1, 2, 8):
-            if topk > experts:
-                continue
-            for tokens in (1, 3, 16, 300):
-                yield experts, topk, tokens, i
-                i += 1
 
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
