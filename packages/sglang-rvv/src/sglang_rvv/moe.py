@@ -405,14 +405,17 @@ def w8a8_process_weights(original: Callable[..., Any], self: Any, layer: torch.n
     ``fused_experts_cpu`` (SGLang's path on a CPU without AMX or arm64 is a triton kernel)."""
     result = original(self, layer)
     if _pack_experts(layer, (torch.int8,), "W8A8 fused experts"):
-        for name in ("w13_weight_scale", "w2_weight_scale"):
-            scale = getattr(layer, name)
-            setattr(
-                layer,
-                name,
-                torch.nn.Parameter(scale.data.float().contiguous(), requires_grad=False),
-            )
+        _fp32_scales(layer, ("w13_weight_scale", "w2_weight_scale"))
     return result
+
+
+def _fp32_scales(layer: torch.nn.Module, names: tuple[str, str]) -> None:
+    """Replaces the scale tensors ``names`` of a packed layer by contiguous fp32 parameters
+    (what ``fused_experts_cpu`` reads)."""
+    for name in names:
+        scale = getattr(layer, name)
+        value = scale.data.to(torch.float32).contiguous()
+        setattr(layer, name, torch.nn.Parameter(value, requires_grad=False))
 
 
 def w8a8_apply(
@@ -449,18 +452,15 @@ def fp8_process_weights(original: Callable[..., Any], self: Any, layer: torch.nn
     (``w13_weight_scale_inv`` [E, ceil(2I / block_n), ceil(H / block_k)], likewise w2) turned
     to fp32, instead of SGLang's CPU branch, which asserts AMX. Anything else (per-tensor
     fp8, weights not on the CPU) goes to SGLang's method."""
-    fp8 = (torch.float8_e4m3fn,)
-    if not getattr(self, "block_quant", False) or getattr(self, "use_mxfp8", False):
+    names = ("w13_weight_scale_inv", "w2_weight_scale_inv")
+    if (
+        not getattr(self, "block_quant", False)
+        or getattr(self, "use_mxfp8", False)
+        or any(_tensor(layer, n) is None for n in names)
+        or not _pack_experts(layer, (torch.float8_e4m3fn,), "FP8 fused experts")
+    ):
         return original(self, layer)
-    scales = [_tensor(layer, n) for n in ("w13_weight_scale_inv", "w2_weight_scale_inv")]
-    if any(s is None for s in scales) or _unsupported(layer, fp8) == "weights not on the CPU":
-        return original(self, layer)
-    if not _pack_experts(layer, fp8, "FP8 fused experts"):
-        return original(self, layer)
-    for name, scale in zip(("w13_weight_scale_inv", "w2_weight_scale_inv"), scales, strict=True):
-        assert scale is not None
-        value = scale.data.to(torch.float32).contiguous()
-        setattr(layer, name, torch.nn.Parameter(value, requires_grad=False))
+    _fp32_scales(layer, names)
     return None
 
 
