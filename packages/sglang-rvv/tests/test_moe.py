@@ -278,7 +278,32 @@ def test_moe_hooks_are_listed_only_for_ops_rvv_ops_has(monkeypatch: pytest.Monke
     assert torch.ops.sgl_kernel is not None
 
 
-_W8A8_SCRIPT = """
+_QUANT_MOE_CHECK = """
+            for t in (1, 5, 40):
+                x = torch.randn(t, h, dtype=dt)
+                logits = torch.randn(t, e)
+                w, ids = torch.topk(logits.softmax(-1), k)
+                d = StandardDispatchOutput(hidden_states=x, hidden_states_scale=None,
+                    topk_output=StandardTopKOutput(w, ids.to(torch.int32), logits))
+                got = m.apply(layer, d).hidden_states
+                ref = torch.zeros(t, h, dtype=torch.float64)
+                for a in range(t):
+                    for j in range(k):
+                        g, u = (w13[ids[a, j]] @ x[a].double()).chunk(2)
+                        act = torch.nn.functional.silu(g) * u
+                        ref[a] += w[a, j].double() * (w2[ids[a, j]] @ act)
+                res[f"{dt}-e{e}-t{t}"] = [float((got.double() - ref).abs().max() / ref.abs().max()),
+                                         str(got.dtype)]
+    print(json.dumps({"res": res, "calls": dict(layers.CALLS)}))
+"""
+"""The tail of the quantised-experts scripts: with ``m``, ``layer`` (processed), the
+dequantised fp64 weights ``w13`` / ``w2`` and the case's ``dt, e, h, k``, 1 / 5 / 40 tokens
+through ``m.apply`` against fp64 with unquantised activations; prints the relative errors
+and the layer stats."""
+
+
+_W8A8_SCRIPT = (
+    """
     import json, torch
     from sglang.srt.layers.quantization.w8a8_int8 import W8A8Int8Config, W8A8Int8MoEMethod
     from sglang.srt.layers.moe.moe_runner import MoeRunnerConfig
@@ -308,23 +333,9 @@ _W8A8_SCRIPT = """
             m.moe_runner_config = cfg
             m.process_weights_after_loading(layer)
             w13, w2 = q13.double() * s13.double(), q2.double() * s2.double()
-            for t in (1, 5, 40):
-                x = torch.randn(t, h, dtype=dt)
-                logits = torch.randn(t, e)
-                w, ids = torch.topk(logits.softmax(-1), k)
-                d = StandardDispatchOutput(hidden_states=x, hidden_states_scale=None,
-                    topk_output=StandardTopKOutput(w, ids.to(torch.int32), logits))
-                got = m.apply(layer, d).hidden_states
-                ref = torch.zeros(t, h, dtype=torch.float64)
-                for a in range(t):
-                    for j in range(k):
-                        g, u = (w13[ids[a, j]] @ x[a].double()).chunk(2)
-                        act = torch.nn.functional.silu(g) * u
-                        ref[a] += w[a, j].double() * (w2[ids[a, j]] @ act)
-                res[f"{dt}-e{e}-t{t}"] = [float((got.double() - ref).abs().max() / ref.abs().max()),
-                                         str(got.dtype)]
-    print(json.dumps({"res": res, "calls": dict(layers.CALLS)}))
 """
+    + _QUANT_MOE_CHECK
+)
 
 
 def test_w8a8_moe_runs_fused_experts_int8() -> None:
@@ -340,7 +351,8 @@ def test_w8a8_moe_runs_fused_experts_int8() -> None:
     assert calls.get(moe.PACK_COUNT) == 8 and calls.get("fused_experts_cpu") == 12, calls
 
 
-_FP8_SCRIPT = """
+_FP8_SCRIPT = (
+    """
     import json, torch
     from sglang.srt.layers.quantization.fp8 import Fp8Config, Fp8MoEMethod
     from sglang.srt.layers.moe.moe_runner import MoeRunnerConfig
@@ -376,23 +388,9 @@ _FP8_SCRIPT = """
             layer.w2_weight.data.copy_(q2); layer.w2_weight_scale_inv.data.copy_(s2)
             m.moe_runner_config = cfg
             m.process_weights_after_loading(layer)
-            for t in (1, 5, 40):
-                x = torch.randn(t, h, dtype=dt)
-                logits = torch.randn(t, e)
-                w, ids = torch.topk(logits.softmax(-1), k)
-                d = StandardDispatchOutput(hidden_states=x, hidden_states_scale=None,
-                    topk_output=StandardTopKOutput(w, ids.to(torch.int32), logits))
-                got = m.apply(layer, d).hidden_states
-                ref = torch.zeros(t, h, dtype=torch.float64)
-                for a in range(t):
-                    for j in range(k):
-                        g, u = (w13[ids[a, j]] @ x[a].double()).chunk(2)
-                        act = torch.nn.functional.silu(g) * u
-                        ref[a] += w[a, j].double() * (w2[ids[a, j]] @ act)
-                res[f"{dt}-e{e}-t{t}"] = [float((got.double() - ref).abs().max() / ref.abs().max()),
-                                         str(got.dtype)]
-    print(json.dumps({"res": res, "calls": dict(layers.CALLS)}))
 """
+    + _QUANT_MOE_CHECK
+)
 
 
 def test_fp8_moe_runs_fused_experts_w8a16() -> None:
