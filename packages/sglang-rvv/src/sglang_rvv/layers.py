@@ -844,8 +844,10 @@ def maybe_enable() -> bool:
             "sglang-rvv: the installed rvv-ops has no %s: linear layers stay on torch",
             " / ".join(_LINEAR_OPS),
         )
+    from sglang_rvv import op_stats
+
     for target, hook in hooks:
-        HookRegistry.register(target, hook, HookType.AROUND)
+        HookRegistry.register(target, op_stats.counted_hook(target, hook), HookType.AROUND)
     atexit.register(flush_stats)
     configs = {QUANT_CONFIG_HOOK[0], *(t for t, _ in CT_CONFIG_HOOKS)}
     _routed = tuple(dict.fromkeys(t.rsplit(".", 2)[-2] for t, _ in hooks if t not in configs))

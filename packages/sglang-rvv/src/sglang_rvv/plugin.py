@@ -59,8 +59,10 @@ def register() -> None:
     if BACKEND_NAME not in ATTENTION_BACKEND_CHOICES:
         ATTENTION_BACKEND_CHOICES.append(BACKEND_NAME)
 
-    from sglang_rvv import kv_int8, layers, moe, tp, validate
+    from sglang_rvv import kv_int8, layers, moe, op_stats, tp, validate
 
+    op_stats.trace_ops()
+    op_stats.trace_layers()
     kv_int8.register()
     moe.register_cpu_fixes()
     tp.register()

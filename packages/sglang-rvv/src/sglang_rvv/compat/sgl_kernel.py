@@ -27,9 +27,11 @@ from typing import Any, NoReturn
 import rvv_ops  # noqa: F401  (registers torch.ops.sgl_kernel.*)
 import torch
 
+from sglang_rvv import op_stats
 from sglang_rvv.compat import collectives
 
 collectives.register()
+op_stats.trace_ops()  # SGLANG_RVV_OP_STATS=1: before SGLang's model modules bind the ops
 
 RVV_SHIM = True
 """Marks this module as sglang-rvv's stand-in (``getattr(sgl_kernel, "RVV_SHIM", False)``)."""
