@@ -345,8 +345,10 @@ at::Tensor convert_weight_packed(bool meta, const at::Tensor& weight) {
   return stacked ? pack3(op, weight, dt) : pack(op, weight, dt);
 }
 
-at::Tensor weight_packed_linear(bool meta, const at::Tensor& mat1, const at::Tensor& mat2,
-                                const std::optional<at::Tensor>& bias, bool is_vnni) {
+namespace {
+
+at::Tensor weight_packed_linear_2d(bool meta, const at::Tensor& mat1, const at::Tensor& mat2,
+                                   const std::optional<at::Tensor>& bias, bool is_vnni) {
   const char* op = "weight_packed_linear";
   if (!meta) check_all_cpu(op, {{"mat1", &mat1}, {"mat2", &mat2}}, bias);
   check_mat1(op, mat1, false);
@@ -371,6 +373,23 @@ at::Tensor weight_packed_linear(bool meta, const at::Tensor& mat1, const at::Ten
     rvvk::linear(args, begin, end);
   });
   return out;
+}
+
+}  // namespace
+
+// mat1 [..., K] as torch's linear takes it: the leading dimensions are flattened into rows
+// (a view when mat1's rows are evenly strided, else a copy) and restored on the output.
+at::Tensor weight_packed_linear(bool meta, const at::Tensor& mat1, const at::Tensor& mat2,
+                                const std::optional<at::Tensor>& bias, bool is_vnni) {
+  TORCH_CHECK_VALUE(mat1.dim() >= 2, "weight_packed_linear: mat1 (", describe(mat1),
+                    ") has ", mat1.dim(), " dimensions; expected [..., K] with at least 2");
+  if (mat1.dim() == 2) return weight_packed_linear_2d(meta, mat1, mat2, bias, is_vnni);
+  const std::int64_t k_dim = mat1.dim() - 1;
+  at::Tensor rows = mat1.reshape_symint({-1, mat1.sym_size(k_dim)});
+  at::Tensor out = weight_packed_linear_2d(meta, rows, mat2, bias, is_vnni);
+  std::vector<c10::SymInt> shape(mat1.sym_sizes().begin(), mat1.sym_sizes().end() - 1);
+  shape.push_back(out.sym_size(1));
+  return out.view_symint(shape);
 }
 
 std::tuple<at::Tensor, at::Tensor> per_token_quant_int8_cpu(bool meta, const at::Tensor& A) {

@@ -154,6 +154,27 @@ def test_weight_packed_linear_layouts() -> None:
     assert LINEAR(x[:0], PACK(w), None, True).shape == (0, 40)
 
 
+@pytest.mark.parametrize("lead", [(1, 3), (2, 1, 5), (4, 0)], ids=str)
+def test_weight_packed_linear_leading_dimensions(lead: tuple[int, ...]) -> None:
+    """mat1 [..., K], as torch's linear takes it: the same rows as the 2-D call, shaped
+    [..., N]; a non-contiguous 3-D view is copied first."""
+    g = gen(17)
+    x = torch.randn(*lead, 33, generator=g).to(torch.bfloat16)
+    w = torch.randn(21, 33, generator=g).to(torch.bfloat16)
+    bias = torch.randn(21, generator=g)
+    got = LINEAR(x, PACK(w), bias, True)
+    assert got.shape == (*lead, 21) and got.dtype == torch.bfloat16
+    flat = LINEAR(x.reshape(-1, 33), PACK(w), bias, True)
+    assert torch.equal(got.reshape(-1, 21), flat)
+    if x.numel():
+        t = x.transpose(0, 1)  # rows not evenly strided
+        assert torch.equal(
+            LINEAR(t, PACK(w), bias, True), LINEAR(t.contiguous(), PACK(w), bias, True)
+        )
+        ref, mag = float_reference(x.reshape(-1, 33), w, bias)
+        assert_linear_close(flat, ref, mag, 33)
+
+
 def test_threads_do_not_change_results() -> None:
     g = gen(13)
     x = torch.randn(7, 1536, generator=g).to(torch.bfloat16)
@@ -341,6 +362,9 @@ def _opcheck_samples() -> list[tuple[str, object, tuple[object, ...]]]:
             (a, wq, torch.rand(4, 1), torch.rand(20, 1), None, torch.float16, False),
         )
     )
+    out.append(
+        ("linear 3-D", LINEAR, (torch.randn(2, 3, 16), PACK(torch.randn(8, 16)), None, True))
+    )
     return out
 
 
@@ -404,8 +428,8 @@ def test_errors_shapes_and_headers() -> None:
         LINEAR(torch.randn(2, 16), w, None, True)
     with pytest.raises(ValueError, match=r"mat2 .* has K = 16; expected mat1.size\(1\) = 15"):
         LINEAR(torch.randn(2, 15), w, None, False)
-    with pytest.raises(ValueError, match=r"mat1 is 3-d"):
-        LINEAR(torch.randn(1, 2, 16), packed, None, True)
+    with pytest.raises(ValueError, match=r"mat1 .* has 1 dimensions; expected \[\.\.\., K\]"):
+        LINEAR(torch.randn(16), packed, None, True)
     with pytest.raises(ValueError, match=r"bias .* does not have N = 8 elements"):
         LINEAR(torch.randn(2, 16), packed, torch.randn(9), True)
     tampered = packed.clone()
