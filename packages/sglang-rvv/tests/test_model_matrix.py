@@ -66,12 +66,41 @@ def _error(log: str) -> str:
     return "\n".join(lines[-5:])[-400:]
 
 
+BIND_ERROR = "error while attempting to bind on address"
+"""uvicorn's message when the port _free_port picked was taken meanwhile (the server then
+hangs in shutdown instead of exiting): the start is retried on another port."""
+
+
+def _start(
+    cmd: list[str], env: dict[str, str], log_path: Path, url: str
+) -> subprocess.Popen[bytes]:
+    """Starts the server; returns it once healthy, raises RuntimeError / TimeoutError (the
+    process is stopped first), or ``ConnectionRefusedError`` on a port clash."""
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    deadline = time.monotonic() + READY_TIMEOUT
+    while True:
+        try:
+            wait_healthy(url, proc, 10.0)
+            return proc
+        except TimeoutError:
+            if BIND_ERROR in log_path.read_text(errors="replace"):
+                stop_group(proc)
+                raise ConnectionRefusedError(BIND_ERROR) from None
+            if time.monotonic() > deadline:
+                stop_group(proc)
+                raise
+        except RuntimeError:
+            stop_group(proc)
+            raise
+
+
 def serve(model: Path, backend: str, *, routed: bool, tmp: Path) -> Served:
     """Starts a fp32 server, generates greedily for the matrix prompts, stops it."""
     import openai
 
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
     env = dict(os.environ)
     env["SGLANG_USE_CPU_ENGINE"] = "1"
     env["SGLANG_RVV_LAYERS"] = "1" if routed else "0"
@@ -79,51 +108,57 @@ def serve(model: Path, backend: str, *, routed: bool, tmp: Path) -> Served:
     name = f"{model.name}-{backend}-{int(routed)}"
     stats_dir = tmp / f"stats-{name}"
     env["SGLANG_RVV_LAYER_STATS"] = str(stats_dir)
-    cmd = server_command(
-        [
-            "--attention-backend", backend,
-            "--port", str(port),
-            "--chunked-prefill-size", str(CHUNK),
-            "--random-seed", "0",
-            "--dtype", "float32",
-        ],
-        model,
-    )  # fmt: skip
     log_path = tmp / f"server-{name}.log"
-    started = time.monotonic()
     res = Served(ok=False)
-    with open(log_path, "wb") as out:
-        proc = subprocess.Popen(
-            cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
+    started = time.monotonic()
+    for _ in range(3):
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        cmd = server_command(
+            [
+                "--attention-backend", backend,
+                "--port", str(port),
+                "--chunked-prefill-size", str(CHUNK),
+                "--random-seed", "0",
+                "--dtype", "float32",
+            ],
+            model,
+        )  # fmt: skip
         try:
-            try:
-                wait_healthy(url, proc, READY_TIMEOUT)
-            except (RuntimeError, TimeoutError) as exc:
-                res.error = _error(log_path.read_text(errors="replace")) or str(exc)
-                return res
-            res.ready_s = time.monotonic() - started
-            client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=600)
-            for prompt in model_matrix.prompts():
-                resp = client.completions.create(
-                    model="default", prompt=prompt, max_tokens=MAX_TOKENS, temperature=0,
-                    logprobs=2,
-                )  # fmt: skip
-                lp = resp.choices[0].logprobs
-                res.tokens.append(list(lp.tokens))
-                margins = []
-                for top in lp.top_logprobs:
-                    vals = sorted(top.values(), reverse=True)
-                    margins.append(vals[0] - vals[1] if len(vals) > 1 else float("inf"))
-                res.margins.append(margins)
-            time.sleep(1.2)  # the next call's count flushes everything counted so far
-            client.completions.create(model="default", prompt="RISC-V", max_tokens=1)
-            time.sleep(0.5)
-            res.ok = True
-        except Exception as exc:  # the server died mid-way: report its error
-            res.error = _error(log_path.read_text(errors="replace")) or repr(exc)
-        finally:
-            stop_group(proc)
+            proc = _start(cmd, env, log_path, url)
+            break
+        except ConnectionRefusedError:
+            print(f"[matrix] {name}: port {port} was taken, retrying", flush=True)
+            continue
+        except (RuntimeError, TimeoutError) as exc:
+            res.error = _error(log_path.read_text(errors="replace")) or str(exc)
+            return res
+    else:
+        res.error = f"no free port after 3 attempts ({BIND_ERROR})"
+        return res
+    try:
+        res.ready_s = time.monotonic() - started
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=600)
+        for prompt in model_matrix.prompts():
+            resp = client.completions.create(
+                model="default", prompt=prompt, max_tokens=MAX_TOKENS, temperature=0,
+                logprobs=2,
+            )  # fmt: skip
+            lp = resp.choices[0].logprobs
+            res.tokens.append(list(lp.tokens))
+            margins = []
+            for top in lp.top_logprobs:
+                vals = sorted(top.values(), reverse=True)
+                margins.append(vals[0] - vals[1] if len(vals) > 1 else float("inf"))
+            res.margins.append(margins)
+        time.sleep(1.2)  # the next call's count flushes everything counted so far
+        client.completions.create(model="default", prompt="RISC-V", max_tokens=1)
+        time.sleep(0.5)
+        res.ok = True
+    except Exception as exc:  # the server died mid-way: report its error
+        res.error = _error(log_path.read_text(errors="replace")) or repr(exc)
+    finally:
+        stop_group(proc)
     if stats_dir.is_dir():
         res.stats = dict(layers.read_stats(stats_dir))
     return res
