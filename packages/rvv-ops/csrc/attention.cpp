@@ -69,7 +69,18 @@ struct Io {
   const std::optional<at::Tensor>& sinks;
   double sm_scale, logit_cap;
   std::int64_t window;
+  // extend_attention_cpu: the new K/V may have other heads than the cache, sgl-kernel's MLA
+  // layout (a one-head latent cache, no cached prefix; see mla_new_heads).
+  bool new_heads_may_differ = false;
 };
+
+// True when the new K/V are in sgl-kernel's MLA layout: they have other heads than the cache
+// (check_io checked they divide the query heads). Every request's prefix must then be empty:
+// attention runs over the new tokens only, with their heads.
+bool mla_new_heads(const Io& io) {
+  return io.new_heads_may_differ && io.k_new.has_value() &&
+         io.k_new->sym_size(1) != io.k_cache.sym_size(1);
+}
 
 const at::Tensor* present(const std::optional<at::Tensor>& t) { return t ? &*t : nullptr; }
 
@@ -161,11 +172,21 @@ void check_io(const char* op, const Io& io) {
       on_q(arg, t, 3, "[" + rows + ", num_kv_heads, " + dim_name + "]");
       check_same_dtype(op, arg, t, n.q, q);
       check_size(op, arg, t, 0, batch, from_q);
-      check_size(op, arg, t, 1, kv_heads, std::string("num_kv_heads, from ") + cache);
       check_size(op, arg, t, 2, d, std::string(dim_name) + ", from " + dim_from);
     };
     new_rows(n.k_new, *k_new, n.k_cache, dim, "head_dim", n.q);
     new_rows(n.v_new, *v_new, n.v_cache, dim_v, "head_dim_v", n.v_cache);
+    const c10::SymInt new_heads = k_new->sym_size(1);
+    if (io.new_heads_may_differ && new_heads != kv_heads) {
+      TORCH_CHECK_VALUE(new_heads >= 1 && heads % new_heads == 0, op, ": ", n.k_new,
+                        " has shape ", k_new->sym_sizes(), ": ", new_heads, " KV heads; "
+                        "expected the cache's ", kv_heads, " or (sgl-kernel's MLA layout, no "
+                        "cached prefix) a number that divides the ", heads, " query heads");
+      check_size(op, n.v_new, *v_new, 1, new_heads, std::string("num_kv_heads, from ") + n.k_new);
+    } else {
+      check_size(op, n.k_new, *k_new, 1, kv_heads, std::string("num_kv_heads, from ") + n.k_cache);
+      check_size(op, n.v_new, *v_new, 1, kv_heads, std::string("num_kv_heads, from ") + n.v_cache);
+    }
   }
 }
 
@@ -528,7 +549,7 @@ void extend_impl(bool meta, const char* op, const at::Tensor& q_extend,
                ", or neither (the new tokens' K/V are then read from the cache)"},
               q_extend, k_buffer, v_buffer, k_scale, v_scale, k_scales, v_scales, o_extend,
               k_extend, v_extend, req_to_token, req_pool_indices, seq_lens, sinks, sm_scale,
-              logit_cap, window};
+              logit_cap, window, !int8};
   // k_extend / v_extend given (check_io: both or neither); the INT8 op then writes them
   // into the cache at out_cache_loc.
   const bool given = k_extend.has_value();
@@ -567,6 +588,7 @@ void extend_impl(bool meta, const char* op, const at::Tensor& q_extend,
 
   const Layout l = check_io_layout(op, io, write);
   const Indices x = check_indices(op, io, l, tensors, {}, "out_cache_loc", out_cache_loc);
+  const bool mla = mla_new_heads(io);
   const std::int64_t tokens = q_extend.size(0);
   const std::int64_t batch = seq_lens.size(0);
   const attn::TokenTable& table = x.table;
@@ -591,6 +613,11 @@ void extend_impl(bool meta, const char* op, const at::Tensor& q_extend,
     max_ext = std::max(max_ext, n);
     if (n > 0) ranges.emplace_back(start, b);
     const std::int64_t prefix = len - n;
+    TORCH_CHECK_VALUE(!mla || prefix == 0, op, ": request ", b, " has a cached prefix of ",
+                      prefix, " tokens (seq_lens ", len, ", extend_seq_lens ", n, ") but k_extend "
+                      "has ", k_extend->size(1), " KV heads and k_buffer ", k_buffer.size(1),
+                      "; expected no prefix in this layout (sgl-kernel's MLA extend: the new "
+                      "tokens attend to each other only) or k_extend with the cache's heads");
     const std::int64_t lo = window > 0 ? std::max<std::int64_t>(0, prefix - window + 1) : 0;
     // Without k_extend the new tokens' K/V are gathered from the cache as well.
     attn::check_table_entries(op, table, b, rpi_p[b], lo, given ? prefix : len, l.c.tokens,
@@ -670,6 +697,7 @@ void extend_impl(bool meta, const char* op, const at::Tensor& q_extend,
   a.v_stride_h = v_new.stride(1);
   a.o_stride_t = o_extend.stride(0);
   a.o_stride_h = o_extend.stride(1);
+  if (mla) a.num_kv_heads = k_new.size(1);  // the cache is not read (no prefixes)
   a.extend_seq_lens = ext_p;
   a.extend_start_loc = start_p;
   a.causal = is_causal;

@@ -102,6 +102,7 @@ __all__ = [
     "int8_scaled_mm",
     "int8_scaled_mm_with_quant",
     "layernorm",
+    "multimodal_rotary_embedding",
     "per_token_quant_int8",
     "rmsnorm",
     "rotary_embedding",
