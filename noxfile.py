@@ -353,8 +353,10 @@ def riscv_sglang(session: nox.Session) -> None:
     the demo model with attention_backend="rvv" vs "torch_native", same greedy tokens, RVV
     kernels ran; then launch_server and one HTTP completion; then the W8A8 and AWQ demo
     checkpoints against their dequantised twins (`-- --quant-only`: just these), then the
-    Qwen3-MoE demo model against torch_native (`-- --moe-only`: just this). Not in the
-    default run (~40 minutes). Writes build/riscv-sglang.json."""
+    Qwen3-MoE demo model against torch_native (`-- --moe-only`: just this), then the model
+    matrix's Qwen3 (QK norms) and Mistral (sliding window) against torch_native
+    (`-- --archs-only`: just these). Not in the default run (~50 minutes). Writes
+    build/riscv-sglang.json."""
     # The demo model is built on the host: transformers + torch, and sglang-rvv's demo module.
     session.install(TORCH, TRANSFORMERS, "hatchling", "build")
     session.install("--no-deps", SGLANG_RVV)

@@ -38,6 +38,12 @@ routing ops) against SGLang's own torch MoE code on ``torch_native`` without rou
 greedy tokens, and ``fused_experts_cpu`` ran (``twins`` in the report, with the quantised
 runs).
 
+``run --archs`` (default; alone with ``--archs-only``): two model-matrix architectures besides
+Qwen2 (``packages/sglang-rvv/tests/model_matrix.py``, built on the host): Qwen3 (QK RMSNorm) and
+Mistral (a 24-token sliding window on every layer), in fp32 with ``rvv`` and layer routing
+against ``torch_native`` without routing: the same greedy tokens for a short prompt and one
+that, with its new tokens, runs past the window.
+
 Emulation only (a board needs none of it): the guest Python cannot exec riscv64 programs, so
 the venv gets a ``.pth`` line pointing ``sys.executable`` at a host shell script that runs the
 venv's python under the same QEMU (SGLang starts its scheduler and detokenizer as
@@ -317,8 +323,17 @@ def check(report: dict[str, Any], new_tokens: int) -> list[str]:
 
 # A twin run: a model served with rvv + layer routing in the guest against a twin on
 # torch_native without routing, the same greedy tokens required.
-# (label, model, twin, dtype of the rvv engine, extra environment, ops of which one must run)
-TwinRun = tuple[str, Path, Path, str, dict[str, str], tuple[str, ...]]
+# (label, model, twin, dtype of the rvv engine, extra environment, ops of which one must run,
+# prompts: empty for the guest script's defaults)
+TwinRun = tuple[str, Path, Path, str, dict[str, str], tuple[str, ...], tuple[str, ...]]
+
+ARCH_PROMPTS = (
+    "The vector unit",
+    "The server answers each request with the next words of the text. Each request has a "
+    "prompt. A prompt is a list of tokens, and the answer is more tokens, one at a time.",
+)
+"""The matrix architectures' prompts: a short one and one of about 40 tokens, past the
+sliding window (24 tokens) of the matrix's Mistral with the 16 new tokens."""
 
 
 def quant_runs() -> list[TwinRun]:
@@ -326,9 +341,9 @@ def quant_runs() -> list[TwinRun]:
     fp32 twins."""
     return [
         ("w8a8", _demo_model("qwen2", "w8a8"), _demo_model("qwen2", "w8a8", twin=True),
-         "bfloat16", {}, ("int8_scaled_mm_with_quant",)),
+         "bfloat16", {}, ("int8_scaled_mm_with_quant",), ()),
         ("awq", _demo_model("qwen2", "awq"), _demo_model("qwen2", "awq", twin=True),
-         "float32", {"SGLANG_RVV_INT4_ACT": "none"}, ("int4_w4a16_mm_cpu",)),
+         "float32", {"SGLANG_RVV_INT4_ACT": "none"}, ("int4_w4a16_mm_cpu",), ()),
     ]  # fmt: skip
 
 
@@ -336,7 +351,22 @@ def moe_runs() -> list[TwinRun]:
     """The tiny Qwen3-MoE demo model in fp32: its experts in fused_experts_cpu and its
     routing in a routing op with rvv, SGLang's torch MoE code on torch_native."""
     model = _demo_model("qwen3-moe")
-    return [("qwen3-moe", model, model, "float32", {}, ("fused_experts_cpu",))]
+    return [("qwen3-moe", model, model, "float32", {}, ("fused_experts_cpu",), ())]
+
+
+ARCHS = ("qwen3", "mistral")
+"""Matrix architectures (packages/sglang-rvv/tests/model_matrix.py) run in the guest besides
+the Qwen2 demo model: Qwen3 (QK RMSNorm) and Mistral (a sliding window on every layer)."""
+
+
+def arch_runs() -> list[TwinRun]:
+    """The :data:`ARCHS` checkpoints in fp32 with rvv and layer routing against
+    torch_native."""
+    runs: list[TwinRun] = []
+    for name in ARCHS:
+        model = _matrix_model(name)
+        runs.append((name, model, model, "float32", {}, ("rmsnorm_cpu",), ARCH_PROMPTS))
+    return runs
 
 
 def run_twins(
@@ -350,7 +380,7 @@ def run_twins(
     """The twin runs in the guest; returns the report part and the problems found."""
     report: dict[str, Any] = {}
     problems: list[str] = []
-    for label, model, twin_model, dtype, extra, ops in runs:
+    for label, model, twin_model, dtype, extra, ops, prompts in runs:
         results = {}
         for which, path, backend, engine_env, engine_dtype in (
             ("rvv", model, "rvv", {"SGLANG_RVV_LAYERS": "1", **extra}, dtype),
@@ -359,7 +389,7 @@ def run_twins(
             out = tmp / f"twin-{label}-{which}.json"
             cmd = [str(wrapper), str(GUEST_SCRIPT), "--model", str(path), "--backend", backend,
                    "--dtype", engine_dtype, "--max-new-tokens", str(new_tokens),
-                   "--out", str(out)]  # fmt: skip
+                   "--out", str(out), *(a for p in prompts for a in ("--prompt", p))]  # fmt: skip
             _log(f"+ {shlex.join(cmd)}")
             code = subprocess.run(
                 cmd, env={**env, **engine_env}, timeout=timeout, check=False
@@ -421,8 +451,12 @@ def run(args: argparse.Namespace) -> int:
             "TORCHINDUCTOR_COMPILE_THREADS": "1",
             "SGLANG_RVV_EXPECT_VLEN": str(args.vlen),
         }
-        if args.quant_only or args.moe_only:
-            runs = (quant_runs() if args.quant_only else []) + (moe_runs() if args.moe_only else [])
+        if args.quant_only or args.moe_only or args.archs_only:
+            runs = (
+                (quant_runs() if args.quant_only else [])
+                + (moe_runs() if args.moe_only else [])
+                + (arch_runs() if args.archs_only else [])
+            )
             only, only_problems = run_twins(
                 runs, wrapper, env, args.max_new_tokens, args.timeout, Path(tmp)
             )
@@ -450,7 +484,9 @@ def run(args: argparse.Namespace) -> int:
         twins = (
             []
             if args.tp_only
-            else (quant_runs() if args.quant else []) + (moe_runs() if args.moe else [])
+            else (quant_runs() if args.quant else [])
+            + (moe_runs() if args.moe else [])
+            + (arch_runs() if args.archs else [])
         )
         if twins:
             quant, quant_problems = run_twins(
@@ -548,6 +584,19 @@ def _demo_model(arch: str = "qwen2", quant: str = "", twin: bool = False) -> Pat
     return Path(res.stdout.strip().splitlines()[-1])
 
 
+def _matrix_model(name: str) -> Path:
+    """A model-matrix checkpoint, built on the host like the demo models."""
+    tests = REPO / "packages" / "sglang-rvv" / "tests"
+    code = (
+        f"import sys; sys.path.insert(0, {str(tests)!r}); import model_matrix; "
+        f"print(model_matrix.ensure({name!r}))"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"building the {name} matrix model failed:\n{res.stderr[-2000:]}")
+    return Path(res.stdout.strip().splitlines()[-1])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -598,6 +647,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--moe-only",
         action="store_true",
         help="only the MoE demo model against torch_native (no other engine, no server)",
+    )
+    r.add_argument(
+        "--no-archs",
+        dest="archs",
+        action="store_false",
+        help=f"skip the matrix architectures ({', '.join(ARCHS)}) against torch_native",
+    )
+    r.add_argument(
+        "--archs-only",
+        action="store_true",
+        help="only the matrix architectures against torch_native (no other engine, no server)",
     )
     a = p.parse_args(argv)
     if a.command == "sglang-wheel":
