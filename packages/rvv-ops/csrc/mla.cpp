@@ -26,10 +26,13 @@
 // RoPE in the GPT-J layout (pairs 2j, 2j + 1; cos_sin_cache [max_position, rope]: cos half,
 // then sin half), the rounding points those of sgl-kernel. W8A8 (use_int8_w8a8): the three
 // projections are int8 with per-channel scales, their inputs quantised per row; w_kc stays
-// float. qkv_proj_with_rope_fused_weight takes q_a_proj and kv_a_proj as one weight (rows
-// q_lora_rank + kv_lora_rank + rope) and the ranks explicitly.
+// float. FP8 W8A16 (use_fp8_w8a16): they are fp8 e4m3 with block scales (block_size).
+// qkv_proj_with_rope_fused_weight takes q_a_proj and kv_a_proj as one weight (rows
+// q_lora_rank + kv_lora_rank + rope; fp8 scales: each part's blocks), the ranks explicitly,
+// and w_kc in fp8 e4m3 with the per-tensor w_scale.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 
@@ -130,12 +133,14 @@ void parallel_tasks(std::int64_t tasks, std::int64_t macs, const Fn& fn) {
 }
 
 // out[b] (rows m, row stride out_stride, at out + b * out_batch elements) =
-// x[b] @ W[b]^T for batches [0, batches), W[b] a float packed weight: one task per
-// (batch, panel).
+// x[b] @ W[b]^T for batches [0, batches): one task per (batch, panel). W[b] a float packed
+// weight, or (fp8_scales: [1, N] fp32, one per-tensor scale repeated) an fp8 e4m3 one
+// scaled per tensor (the FP8 kernel with one k block).
 void batched_linear(const Packed3& w, std::int64_t batches, std::int64_t m, rvvk::DType x_dtype,
                     const char* x, std::int64_t x_stride, std::int64_t x_batch,
                     std::int64_t x_elem, rvvk::DType out_dtype, char* out,
-                    std::int64_t out_stride, std::int64_t out_batch, std::int64_t out_elem) {
+                    std::int64_t out_stride, std::int64_t out_batch, std::int64_t out_elem,
+                    const float* fp8_scales = nullptr) {
   if (batches == 0 || m == 0) return;
   const std::int64_t panels = rvvk::linear_tasks(w.h);
   parallel_tasks(batches * panels, m * w.h.k * w.h.panel, [&](std::int64_t begin,
@@ -143,16 +148,31 @@ void batched_linear(const Packed3& w, std::int64_t batches, std::int64_t m, rvvk
     for (std::int64_t t = begin; t < end;) {
       const std::int64_t b = t / panels, p0 = t % panels;
       const std::int64_t p1 = std::min(panels, p0 + (end - t));
-      rvvk::LinearArgs a;
-      a.m = m;
-      a.x_dtype = x_dtype;
-      a.x = x + b * x_batch * x_elem;
-      a.x_stride = x_stride;
-      a.packed = w.slice(b);
-      a.out_dtype = out_dtype;
-      a.out = out + b * out_batch * out_elem;
-      a.out_stride = out_stride;
-      rvvk::linear(a, p0, p1);
+      if (fp8_scales != nullptr) {
+        rvvk::Fp8LinearArgs a;
+        a.m = m;
+        a.x_dtype = x_dtype;
+        a.x = x + b * x_batch * x_elem;
+        a.x_stride = x_stride;
+        a.packed = w.slice(b);
+        a.scales = fp8_scales;
+        a.block_k = w.h.k;
+        a.out_dtype = out_dtype;
+        a.out = out + b * out_batch * out_elem;
+        a.out_stride = out_stride;
+        rvvk::fp8_linear(a, p0, p1);
+      } else {
+        rvvk::LinearArgs a;
+        a.m = m;
+        a.x_dtype = x_dtype;
+        a.x = x + b * x_batch * x_elem;
+        a.x_stride = x_stride;
+        a.packed = w.slice(b);
+        a.out_dtype = out_dtype;
+        a.out = out + b * out_batch * out_elem;
+        a.out_stride = out_stride;
+        rvvk::linear(a, p0, p1);
+      }
       t += p1 - p0;
     }
   });
@@ -272,34 +292,12 @@ void bmm_cpu(bool meta, at::Tensor& out, const at::Tensor& mat1, const at::Tenso
   // A batch or row dimension of size 1 may carry any stride.
   const std::int64_t x_stride = m > 1 ? mat1.stride(1) : k;
   const std::int64_t o_stride = m > 1 ? out.stride(1) : w.h.n;
-  if (!fp8) {
-    batched_linear(w, batches, m, dt, x, x_stride, mat1.stride(0), elem, dt, o, o_stride,
-                   out.stride(0), elem);
-    return;
-  }
-  // Per-tensor FP8: one k block of K, one scale for every channel.
-  const at::Tensor scales = at::full({1, w.h.n}, scale->item<float>(),
-                                     mat1.options().dtype(at::kFloat));
-  const std::int64_t panels = rvvk::linear_tasks(w.h);
-  parallel_tasks(batches * panels, m * k * w.h.panel, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t t = begin; t < end;) {
-      const std::int64_t b = t / panels, p0 = t % panels;
-      const std::int64_t p1 = std::min(panels, p0 + (end - t));
-      rvvk::Fp8LinearArgs a;
-      a.m = m;
-      a.x_dtype = dt;
-      a.x = x + b * mat1.stride(0) * elem;
-      a.x_stride = x_stride;
-      a.packed = w.slice(b);
-      a.scales = scales.data_ptr<float>();
-      a.block_k = k;
-      a.out_dtype = dt;
-      a.out = o + b * out.stride(0) * elem;
-      a.out_stride = o_stride;
-      rvvk::fp8_linear(a, p0, p1);
-      t += p1 - p0;
-    }
-  });
+  // Per-tensor FP8: one scale for every channel.
+  const at::Tensor scales =
+      fp8 ? at::full({1, w.h.n}, scale->item<float>(), mat1.options().dtype(at::kFloat))
+          : at::Tensor();
+  batched_linear(w, batches, m, dt, x, x_stride, mat1.stride(0), elem, dt, o, o_stride,
+                 out.stride(0), elem, fp8 ? scales.data_ptr<float>() : nullptr);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -331,7 +329,9 @@ struct MlaArgs {
   double eps = 0;
   bool int8 = false, fp8 = false;
   const std::optional<at::Tensor>* q_b_scale = nullptr;
+  const std::optional<at::Tensor>* w_scale = nullptr;  // fused op only
   bool is_vnni = true;
+  at::OptionalIntArrayRef block_size;
 };
 
 // Dimensions, after the checks.
@@ -362,11 +362,47 @@ void check_channel_scales(const char* op, const char* arg, const std::optional<a
                     n, "] or [", n, ", 1] (one per output channel of ", which, ")");
 }
 
-// A projection weight: dtype (float or int8), 2-D, N rows; plain ones [N, k].
+// FP8 block scales: fp32 [rows, cols].
+void check_block_scales(const char* op, const char* arg, const std::optional<at::Tensor>& s,
+                        std::int64_t rows, std::int64_t cols, const char* what) {
+  TORCH_CHECK_VALUE(s.has_value(), op, ": ", arg, " is None; expected the fp32 block scales "
+                    "(use_fp8_w8a16=True)");
+  TORCH_CHECK_TYPE(s->scalar_type() == at::kFloat, op, ": ", arg, " has dtype ",
+                   dtype_name(s->scalar_type()), "; expected torch.float32");
+  TORCH_CHECK_VALUE(s->dim() == 2 && s->sym_size(0) == rows && s->sym_size(1) == cols, op, ": ",
+                    arg, " (", describe(*s), ") is not [", rows, ", ", cols, "] = [", what,
+                    "]");
+}
+
+// w_kc: float, or fp8 e4m3 with the per-tensor w_scale (the fused op's argument).
+void check_w_kc_dtype(const char* op, const MlaArgs& a) {
+  const at::Tensor& w_kc = *a.w_kc;
+  const bool has_scale = a.w_scale != nullptr && a.w_scale->has_value();
+  if (!has_scale) {
+    TORCH_CHECK_TYPE(w_kc.scalar_type() != at::kFloat8_e4m3fn, op,
+                     ": w_kc has dtype torch.float8_e4m3fn but ",
+                     a.w_scale != nullptr ? "w_scale is None; expected its per-tensor fp32 scale"
+                                          : "this op takes no w_scale; expected a float w_kc "
+                                            "(qkv_proj_with_rope_fused_weight takes w_scale)");
+    weight_dtype(op, "w_kc", w_kc, false, true);
+    return;
+  }
+  const at::Tensor& s = **a.w_scale;
+  check_same_device(op, "w_scale", s, "hidden_states", *a.hidden);
+  TORCH_CHECK_TYPE(w_kc.scalar_type() == at::kFloat8_e4m3fn, op, ": w_kc has dtype ",
+                   dtype_name(w_kc.scalar_type()),
+                   "; expected torch.float8_e4m3fn when w_scale is given");
+  TORCH_CHECK_TYPE(s.scalar_type() == at::kFloat, op, ": w_scale has dtype ",
+                   dtype_name(s.scalar_type()), "; expected torch.float32");
+  TORCH_CHECK_VALUE(s.sym_numel() == 1, op, ": w_scale (", describe(s), ") has ", s.sym_numel(),
+                    " elements; expected one per-tensor scale");
+}
+
+// A projection weight: dtype (float, int8 or fp8 by the mode), 2-D, N rows; plain ones [N, k].
 void check_proj_weight(const char* op, const char* arg, const at::Tensor& w, std::int64_t n,
                        std::int64_t k, const char* k_what, const MlaArgs& a) {
   check_same_device(op, arg, w, "hidden_states", *a.hidden);
-  weight_dtype(op, arg, w, a.int8, !a.int8);
+  weight_dtype(op, arg, w, a.int8, !a.int8 && !a.fp8, a.fp8);
   TORCH_CHECK_VALUE(w.dim() == 2, op, ": ", arg, " is ", w.dim(), "-d (", describe(w),
                     "); expected a 2-D weight", a.is_vnni ? " packed by convert_weight_packed" : "");
   TORCH_CHECK_VALUE(w.sym_size(0) == n, op, ": ", arg, " (", describe(w), ") has ",
@@ -387,10 +423,14 @@ MlaDims check_mla(const char* op, const MlaArgs& a, std::int64_t q_lora, std::in
   kernel_dtype(op, "hidden_states", hidden);
   TORCH_CHECK_VALUE(dim_of(hidden, 1) > 0, op, ": hidden_states (", describe(hidden),
                     ") has hidden_size 0; expected >= 1");
+  TORCH_CHECK_VALUE(!(a.int8 && a.fp8), op, ": use_int8_w8a8 and use_fp8_w8a16 are both "
+                    "True; expected at most one");
   if (a.fp8) {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, op, ": use_fp8_w8a16=True (FP8 W8A16 projections) is "
-                                "not implemented in rvv-ops; serve the model with bf16 "
-                                "weights or W8A8 int8");
+    TORCH_CHECK_VALUE(a.block_size.has_value() && a.block_size->size() == 2 &&
+                          (*a.block_size)[0] >= 1 && (*a.block_size)[1] >= 1,
+                      op, ": block_size is ",
+                      a.block_size.has_value() ? c10::str(*a.block_size) : std::string("None"),
+                      "; expected [block_n, block_k], both >= 1 (use_fp8_w8a16=True)");
   }
   check_eps(op, a.eps);
   MlaDims d;
@@ -398,7 +438,7 @@ MlaDims check_mla(const char* op, const MlaArgs& a, std::int64_t q_lora, std::in
   d.hidden = dim_of(hidden, 1);
   const at::Tensor& w_kc = *a.w_kc;
   check_same_device(op, "w_kc", w_kc, "hidden_states", hidden);
-  weight_dtype(op, "w_kc", w_kc, false, true);
+  check_w_kc_dtype(op, a);
   check_3d(op, "w_kc", w_kc,
            a.is_vnni ? "[heads, kv_lora_rank, X] (convert_weight_packed of [heads, "
                        "kv_lora_rank, qk_nope_head_dim])"
@@ -468,6 +508,26 @@ MlaDims check_mla(const char* op, const MlaArgs& a, std::int64_t q_lora, std::in
     }
     check_channel_scales(op, "q_b_proj_scale", *a.q_b_scale, dim_of(q_b, 0), "q_b_proj_weight");
   }
+  if (a.fp8) {
+    const std::int64_t bn = (*a.block_size)[0], bk = (*a.block_size)[1];
+    const auto blocks = [](std::int64_t n, std::int64_t b) { return (n + b - 1) / b; };
+    const std::int64_t kb = blocks(d.hidden, bk);
+    if (a.a.kv_a == nullptr) {
+      check_block_scales(op, a.a.q_a_scale_arg, *a.a.q_a_scale,
+                         blocks(d.q_lora, bn) + blocks(d.kv_lora + d.rope, bn), kb,
+                         "ceil(q_lora_rank / block_n) + ceil((kv_lora_rank + qk_rope_head_dim) "
+                         "/ block_n), ceil(hidden_size / block_k)");
+    } else {
+      check_block_scales(op, a.a.q_a_scale_arg, *a.a.q_a_scale, blocks(d.q_lora, bn), kb,
+                         "ceil(q_lora_rank / block_n), ceil(hidden_size / block_k)");
+      check_block_scales(op, a.a.kv_a_scale_arg, *a.a.kv_a_scale, blocks(d.kv_lora + d.rope, bn),
+                         kb, "ceil((kv_lora_rank + qk_rope_head_dim) / block_n), "
+                         "ceil(hidden_size / block_k)");
+    }
+    check_block_scales(op, "q_b_proj_scale", *a.q_b_scale, blocks(dim_of(q_b, 0), bn),
+                       blocks(d.q_lora, bk), "ceil(q_b_proj_weight.size(0) / block_n), "
+                       "ceil(q_lora_rank / block_k)");
+  }
   // Norm weights, positions, cos/sin.
   check_same_device(op, "q_a_layernorm_weight", *a.q_a_ln, "hidden_states", hidden);
   check_same_device(op, "kv_a_layernorm_weight", *a.kv_a_ln, "hidden_states", hidden);
@@ -511,7 +571,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mla_outputs(const at::Tensor& hid
 // (xq / xs: x quantised per row).
 struct Proj {
   Packed2 w;
-  at::Tensor scales;  // int8: fp32 [n], contiguous
+  at::Tensor scales;  // int8: fp32 [n]; fp8: fp32 [ceil(k / block_k), n] (contiguous)
+  bool fp8 = false;
+  std::int64_t block_k = 0;
 };
 
 void run_proj(const Proj& p, std::int64_t m, rvvk::DType x_dt, const void* x,
@@ -520,7 +582,20 @@ void run_proj(const Proj& p, std::int64_t m, rvvk::DType x_dt, const void* x,
   if (m == 0) return;
   const rvvk::PackedWeightHeader& h = p.w.h;
   parallel_tasks(rvvk::linear_tasks(h), m * h.k * h.panel, [&](std::int64_t b, std::int64_t e) {
-    if (xq != nullptr) {
+    if (p.fp8) {
+      rvvk::Fp8LinearArgs a;
+      a.m = m;
+      a.x_dtype = x_dt;
+      a.x = x;
+      a.x_stride = x_stride;
+      a.packed = p.w.packed.data_ptr();
+      a.scales = p.scales.data_ptr<float>();
+      a.block_k = p.block_k;
+      a.out_dtype = out_dt;
+      a.out = out;
+      a.out_stride = out_stride;
+      rvvk::fp8_linear(a, b, e);
+    } else if (xq != nullptr) {
       rvvk::Int8LinearArgs a;
       a.m = m;
       a.a = xq;
@@ -547,13 +622,29 @@ void run_proj(const Proj& p, std::int64_t m, rvvk::DType x_dt, const void* x,
   });
 }
 
+// fp8: `parts` splits the weight's rows into blocks of rows with scale blocks of their own
+// (the fused a-projection: q_lora_rank, then kv_lora_rank + rope), else one part.
 Proj make_proj(const char* op, const char* arg, const at::Tensor& w,
                const std::optional<at::Tensor>* scale, std::int64_t k, const char* k_what,
-               const MlaArgs& a) {
+               const MlaArgs& a, std::vector<std::int64_t> parts = {}) {
   Proj p;
-  const rvvk::DType dt = weight_dtype(op, arg, w, a.int8, !a.int8);
+  const rvvk::DType dt = weight_dtype(op, arg, w, a.int8, !a.int8 && !a.fp8, a.fp8);
   p.w = packed2(op, arg, w, dt, k, k_what, a.is_vnni);
   if (a.int8) p.scales = (*scale)->reshape({-1}).contiguous();
+  if (a.fp8) {
+    const std::int64_t bn = (*a.block_size)[0];
+    p.fp8 = true;
+    p.block_k = (*a.block_size)[1];
+    if (parts.empty()) parts.push_back(p.w.h.n);
+    std::vector<at::Tensor> expanded;
+    std::int64_t row = 0;
+    for (const std::int64_t n : parts) {
+      const std::int64_t rows = (n + bn - 1) / bn;
+      expanded.push_back(expand_block_scales((*scale)->narrow(0, row, rows), n, bn));
+      row += rows;
+    }
+    p.scales = expanded.size() == 1 ? expanded[0] : at::cat(expanded, 1).contiguous();
+  }
   return p;
 }
 
@@ -608,7 +699,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mla_qkv(bool meta, const char* op
   std::vector<std::pair<Proj, std::int64_t>> a_projs;  // (projection, first output column)
   if (a.a.kv_a == nullptr) {
     a_projs.emplace_back(make_proj(op, a.a.q_a_arg, *a.a.q_a, a.a.q_a_scale, d.hidden,
-                                   "hidden_states.size(1)", a),
+                                   "hidden_states.size(1)", a, {d.q_lora, d.kv_lora + d.rope}),
                          0);
   } else {
     a_projs.emplace_back(make_proj(op, a.a.q_a_arg, *a.a.q_a, a.a.q_a_scale, d.hidden,
@@ -620,7 +711,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mla_qkv(bool meta, const char* op
   }
   const Proj q_b = make_proj(op, "q_b_proj_weight", *a.q_b, a.q_b_scale, d.q_lora,
                              "q_lora_rank", a);
-  const rvvk::DType w_kc_dt = weight_dtype(op, "w_kc", *a.w_kc, false, true);
+  const bool w_kc_fp8 = a.w_kc->scalar_type() == at::kFloat8_e4m3fn;
+  const rvvk::DType w_kc_dt =
+      w_kc_fp8 ? rvvk::DType::kFP8E4M3 : weight_dtype(op, "w_kc", *a.w_kc, false, true);
   const Packed3 w_kc = packed3(op, "w_kc", *a.w_kc, w_kc_dt, d.nope,
                                "q_b_proj_weight.size(0) / heads - qk_rope_head_dim", a.is_vnni);
   if (tokens == 0) return outs;
@@ -685,8 +778,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mla_qkv(bool meta, const char* op
   // Stage 4: q_input[:, h, :kv_lora] = qb[:, h, :nope] @ w_kc[h]^T.
   char* q_out = static_cast<char*>(q_input.data_ptr());
   const char* qb_p = static_cast<const char*>(qb.data_ptr());
+  const at::Tensor w_kc_scales =
+      w_kc_fp8 ? at::full({1, w_kc.h.n}, (*a.w_scale)->item<float>(), opts.dtype(at::kFloat))
+               : at::Tensor();
   batched_linear(w_kc, d.heads, m, dt, qb_p, d.heads * qk_head, qk_head, elem, dt, q_out,
-                 d.heads * row, row, elem);
+                 d.heads * row, row, elem, w_kc_fp8 ? w_kc_scales.data_ptr<float>() : nullptr);
 
   // Stage 5: q_input[:, :, kv_lora:] = rope(qb[:, :, nope:]).
   rvvk::RotaryArgs q_rope = rope_base;
@@ -715,7 +811,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> qkv_proj_with_rope(
     const std::optional<at::Tensor>& q_b_proj_scale,
     const std::optional<at::Tensor>& kv_a_proj_scale, bool is_vnni,
     at::OptionalIntArrayRef block_size) {
-  (void)block_size;  // FP8 only
   MlaArgs a;
   a.hidden = &hidden_states;
   a.a.q_a = &q_a_proj_weight;
@@ -733,6 +828,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> qkv_proj_with_rope(
   a.fp8 = use_fp8_w8a16;
   a.q_b_scale = &q_b_proj_scale;
   a.is_vnni = is_vnni;
+  a.block_size = block_size;
   return mla_qkv(meta, "qkv_proj_with_rope", a, -1, -1, -1);
 }
 
@@ -745,8 +841,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> qkv_proj_with_rope_fused_weight(
     const std::optional<at::Tensor>& q_b_proj_scale, const std::optional<at::Tensor>& w_scale,
     bool is_vnni, at::OptionalIntArrayRef block_size, std::int64_t q_lora_rank,
     std::int64_t kv_lora_rank, std::int64_t qk_rope_head_dim) {
-  (void)block_size;  // FP8 only
-  (void)w_scale;     // FP8 only
   const char* op = "qkv_proj_with_rope_fused_weight";
   TORCH_CHECK_VALUE(q_lora_rank > 0 && kv_lora_rank > 0 && qk_rope_head_dim > 0, op,
                     ": q_lora_rank = ", q_lora_rank, ", kv_lora_rank = ", kv_lora_rank,
@@ -767,7 +861,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> qkv_proj_with_rope_fused_weight(
   a.int8 = use_int8_w8a8;
   a.fp8 = use_fp8_w8a16;
   a.q_b_scale = &q_b_proj_scale;
+  a.w_scale = &w_scale;
   a.is_vnni = is_vnni;
+  a.block_size = block_size;
   return mla_qkv(meta, op, a, q_lora_rank, kv_lora_rank, qk_rope_head_dim);
 }
 

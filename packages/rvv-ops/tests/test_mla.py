@@ -412,6 +412,73 @@ def test_int8_w8a8(cfg: str, dtype: torch.dtype, fused: bool) -> None:
     torch.testing.assert_close(k, want[1], atol=max(atol, 2e-2), rtol=max(rtol, 2e-2))
 
 
+def _fp8_blocks(w: Tensor, bn: int, bk: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Block-scaled fp8 e4m3 of a float weight [N, K]: (fp8 [N, K], fp32 scales [ceil(N / bn),
+    ceil(K / bk)], the dequantised weight in float64)."""
+    w = w.double()
+    n, k = w.shape
+    nb, kb = -(-n // bn), -(-k // bk)
+    s = torch.empty(nb, kb, dtype=torch.float64)
+    for i in range(nb):
+        for j in range(kb):
+            s[i, j] = w[i * bn : (i + 1) * bn, j * bk : (j + 1) * bk].abs().max().clamp_min(1e-6)
+    s = (s / 448).float().double()
+    full = s.repeat_interleave(bn, 0)[:n].repeat_interleave(bk, 1)[:, :k]
+    q = (w / full).to(torch.float8_e4m3fn)
+    return q, s.float(), q.double() * full
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["separate", "fused"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("cfg", ["v2-like", "odd"])
+def test_fp8_w8a16(cfg: str, dtype: torch.dtype, fused: bool) -> None:
+    """Block-scaled FP8 projections (blocks that do not divide q_lora_rank in "odd": the fused
+    scales keep each part's blocks), and for the fused op an fp8 w_kc with w_scale."""
+    c = CONFIGS[cfg]
+    bn, bk = (16, 32) if cfg == "odd" else (32, 64)
+    layer = make_layer(c, dtype, seed=12)
+    hidden, positions = _inputs(layer, 4, seed=13)
+    q_a, q_a_s, q_a_d = _fp8_blocks(layer.q_a, bn, bk)
+    kv_a, kv_a_s, kv_a_d = _fp8_blocks(layer.kv_a, bn, bk)
+    q_b, q_b_s, q_b_d = _fp8_blocks(layer.q_b, bn, bk)
+    common = (layer.q_ln, layer.kv_ln, positions, layer.cos_sin, layer.eps)
+    if fused:
+        w_scale = torch.tensor(0.004)
+        w_kc8 = (layer.w_kc.double() / 0.004).to(torch.float8_e4m3fn)
+        layer.w_kc = w_kc8.double() * 0.004  # the reference's w_kc
+        got = mla.qkv_proj_with_rope_fused_weight(
+            hidden,
+            pack(torch.cat([q_a, kv_a])),
+            pack(q_b),
+            _packed_w_kc(w_kc8),
+            *common,
+            c.q_lora,
+            c.kv_lora,
+            c.rope,
+            qkv_a_proj_scale=torch.cat([q_a_s, kv_a_s]),
+            q_b_proj_scale=q_b_s,
+            use_fp8_w8a16=True,
+            w_scale=w_scale,
+            block_size=[bn, bk],
+        )
+    else:
+        got = mla.qkv_proj_with_rope(
+            hidden,
+            pack(q_a),
+            pack(q_b),
+            pack(kv_a),
+            _packed_w_kc(layer.w_kc),
+            *common,
+            q_a_proj_scale=q_a_s,
+            q_b_proj_scale=q_b_s,
+            kv_a_proj_scale=kv_a_s,
+            use_fp8_w8a16=True,
+            block_size=[bn, bk],
+        )
+    want = qkv_ref(layer, hidden, positions, weights={"q_a": q_a_d, "kv_a": kv_a_d, "q_b": q_b_d})
+    _check(layer, got, want)
+
+
 # ---------------------------------------------------------------------------------------
 # bad inputs
 
@@ -522,7 +589,12 @@ def _qkv_bad() -> list[Bad]:
     return [
         qkv(ValueError, ("hidden_states", "1-d"), hidden=Z(C.hidden)),
         qkv(TypeError, ("hidden_states", "torch.int64"), hidden=Z(4, C.hidden).long()),
-        qkv(NotImplementedError, ("use_fp8_w8a16",), fp8=True),
+        qkv(ValueError, ("block_size is None", "use_fp8_w8a16"), fp8=True),
+        qkv(ValueError, ("both True",), fp8=True, int8=True),
+        qkv(ValueError, ("block_size is [16]",), fp8=True, block_size=[16]),
+        qkv(TypeError, ("q_a_proj_weight", "torch.float8_e4m3fn"), fp8=True, block_size=[16, 16]),
+        qkv(TypeError, ("w_kc", "takes no w_scale"),
+            w_kc=Z(C.heads, C.kv_lora, C.nope).to(torch.float8_e4m3fn)),
         qkv(ValueError, ("eps", "-1"), eps=-1.0),
         qkv(ValueError, ("w_kc", "2-d"), w_kc=Z(C.kv_lora, C.nope)),
         qkv(ValueError, ("w_kc", "qk_nope_head_dim 20"), w_kc=Z(C.heads, C.kv_lora, 20)),
@@ -572,8 +644,12 @@ def test_fused_bad_ranks() -> None:
         FUSED(*base, c.q_lora, c.kv_lora - 1, c.rope)
     with pytest.raises(ValueError, match="expected all >= 1"):
         FUSED(*base, 0, c.kv_lora, c.rope)
-    with pytest.raises(NotImplementedError, match="use_fp8_w8a16"):
+    with pytest.raises(ValueError, match="block_size is None"):
         FUSED(*base[:10], True, *base[11:], c.q_lora, c.kv_lora, c.rope)
+    with pytest.raises(TypeError, match=r"w_kc has dtype torch.float8_e4m3fn but w_scale is None"):
+        FUSED(*base[:3], w_kc.to(torch.float8_e4m3fn), *base[4:], c.q_lora, c.kv_lora, c.rope)
+    with pytest.raises(TypeError, match=r"expected torch.float8_e4m3fn when w_scale is given"):
+        FUSED(*base[:13], torch.tensor(1.0), *base[14:], c.q_lora, c.kv_lora, c.rope)
 
 
 # ---------------------------------------------------------------------------------------
@@ -607,3 +683,40 @@ def test_opcheck_qkv(dtype: torch.dtype) -> None:
          layer.kv_ln, positions, layer.cos_sin, layer.eps, False, False, None, None, None,
          False, None, c.q_lora, c.kv_lora, c.rope),
     )  # fmt: skip
+
+
+def _bytes(t: Tensor) -> Tensor:
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def _opcheck_fp8(op: Any, args: tuple[Any, ...]) -> None:
+    """opcheck's schema test compares tensors with arithmetic torch lacks for fp8 on CPU:
+    the other tests, and the inputs checked unchanged byte for byte here (out excepted)."""
+    before = [_bytes(a).clone() for a in args[1:] if isinstance(a, Tensor)]
+    torch.library.opcheck(
+        op,
+        args,
+        test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"),
+    )
+    after = [_bytes(a) for a in args[1:] if isinstance(a, Tensor)]
+    assert all(torch.equal(x, y) for x, y in zip(before, after, strict=True))
+
+
+def test_opcheck_fp8() -> None:
+    c = CONFIGS["odd"]
+    layer = make_layer(c, torch.bfloat16)
+    hidden, positions = _inputs(layer, 3)
+    q_a, q_a_s, _ = _fp8_blocks(layer.q_a, 16, 32)
+    kv_a, kv_a_s, _ = _fp8_blocks(layer.kv_a, 16, 32)
+    q_b, q_b_s, _ = _fp8_blocks(layer.q_b, 16, 32)
+    w_kc = layer.w_kc.to(torch.float8_e4m3fn)
+    scale = torch.tensor(0.5)
+    _opcheck_fp8(
+        FUSED,
+        (hidden, pack(torch.cat([q_a, kv_a])), pack(q_b), _packed_w_kc(w_kc), layer.q_ln,
+         layer.kv_ln, positions, layer.cos_sin, layer.eps, False, True,
+         torch.cat([q_a_s, kv_a_s]), q_b_s, scale, True, [16, 32], c.q_lora, c.kv_lora, c.rope),
+    )  # fmt: skip
+    out = torch.empty(c.heads, 3, c.nope, dtype=torch.bfloat16)
+    mat1 = torch.randn(c.heads, 3, c.kv_lora).bfloat16()
+    _opcheck_fp8(BMM, (out, mat1, pack(w_kc.transpose(1, 2).contiguous()), True, scale))

@@ -10,8 +10,7 @@ forward_mla_fused_rope_cpu.py``):
 
 Weights are packed by ``convert_weight_packed`` (``is_vnni=True``, as SGLang passes) or
 plain (``False``: packed for the call). A wrong dtype raises TypeError, any other bad
-argument ValueError, naming the op, the argument, its value and what was expected;
-``use_fp8_w8a16=True`` in the projection ops raises NotImplementedError.
+argument ValueError, naming the op, the argument, its value and what was expected.
 """
 
 from __future__ import annotations
@@ -56,10 +55,12 @@ def qkv_proj_with_rope(
     q_b_proj_scale: Tensor | None = None,
     kv_a_proj_scale: Tensor | None = None,
     is_vnni: bool = True,
+    use_fp8_w8a16: bool = False,
+    block_size: list[int] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """MLA's query and key inputs for ``hidden_states [T, hidden]`` (fp32, bf16 or fp16).
 
-    Calls ``torch.ops.sgl_kernel.qkv_proj_with_rope`` (``use_fp8_w8a16=False``). With
+    Calls ``torch.ops.sgl_kernel.qkv_proj_with_rope``. With
     ``qa = rmsnorm(hidden @ q_a_proj^T)``, ``kv = hidden @ kv_a_proj^T`` (``[T, kv_lora +
     rope]``) and ``qb = (qa @ q_b_proj^T)`` as ``[T, H, nope + rope]``, returns
 
@@ -74,7 +75,9 @@ def qkv_proj_with_rope(
     rope]`` (cos half, then sin half; fp32 or the activations' dtype) at ``positions [T]``.
     Every intermediate is rounded to the activations' dtype, as in sgl-kernel.
     ``use_int8_w8a8``: the three projection weights are int8 with fp32 per-channel scales
-    and their inputs are quantised per row (``w_kc`` stays float).
+    and their inputs are quantised per row (``w_kc`` stays float). ``use_fp8_w8a16``: they
+    are ``torch.float8_e4m3fn`` with fp32 block scales ``[ceil(N / block_n), ceil(K /
+    block_k)]`` (``block_size = [block_n, block_k]``), activations unquantised.
     """
     q, k, v = torch.ops.sgl_kernel.qkv_proj_with_rope.default(
         hidden_states,
@@ -88,12 +91,12 @@ def qkv_proj_with_rope(
         cos_sin_cache,
         eps,
         use_int8_w8a8,
-        False,
+        use_fp8_w8a16,
         q_a_proj_scale,
         q_b_proj_scale,
         kv_a_proj_scale,
         is_vnni,
-        None,
+        block_size,
     )
     return q, k, v
 
@@ -115,13 +118,18 @@ def qkv_proj_with_rope_fused_weight(
     qkv_a_proj_scale: Tensor | None = None,
     q_b_proj_scale: Tensor | None = None,
     is_vnni: bool = True,
+    use_fp8_w8a16: bool = False,
+    w_scale: Tensor | None = None,
+    block_size: list[int] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`qkv_proj_with_rope` with ``q_a_proj`` and ``kv_a_proj`` stacked into one
-    weight ``[q_lora_rank + kv_lora_rank + qk_rope_head_dim, hidden]`` (and, for
-    ``use_int8_w8a8``, their scales into one vector).
+    weight ``[q_lora_rank + kv_lora_rank + qk_rope_head_dim, hidden]`` (and their scales:
+    for ``use_int8_w8a8`` one vector, for ``use_fp8_w8a16`` the two parts' block scales
+    stacked, ``[ceil(q_lora_rank / block_n) + ceil((kv_lora_rank + qk_rope_head_dim) /
+    block_n), ceil(hidden / block_k)]``). ``w_kc`` may be ``torch.float8_e4m3fn`` with the
+    per-tensor fp32 ``w_scale`` (SGLang's FP8 checkpoints).
 
-    Calls ``torch.ops.sgl_kernel.qkv_proj_with_rope_fused_weight`` (``use_fp8_w8a16=False``,
-    ``w_scale=None``).
+    Calls ``torch.ops.sgl_kernel.qkv_proj_with_rope_fused_weight``.
     """
     q, k, v = torch.ops.sgl_kernel.qkv_proj_with_rope_fused_weight.default(
         hidden_states,
@@ -134,12 +142,12 @@ def qkv_proj_with_rope_fused_weight(
         cos_sin_cache,
         eps,
         use_int8_w8a8,
-        False,
+        use_fp8_w8a16,
         qkv_a_proj_scale,
         q_b_proj_scale,
-        None,
+        w_scale,
         is_vnni,
-        None,
+        block_size,
         q_lora_rank,
         kv_lora_rank,
         qk_rope_head_dim,
