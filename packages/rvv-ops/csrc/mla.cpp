@@ -28,8 +28,8 @@
 // projections are int8 with per-channel scales, their inputs quantised per row; w_kc stays
 // float. FP8 W8A16 (use_fp8_w8a16): they are fp8 e4m3 with block scales (block_size).
 // qkv_proj_with_rope_fused_weight takes q_a_proj and kv_a_proj as one weight (rows
-// q_lora_rank + kv_lora_rank + rope; fp8 scales: each part's blocks), the ranks explicitly,
-// and w_kc in fp8 e4m3 with the per-tensor w_scale.
+// q_lora_rank + kv_lora_rank + rope; fp8 scales: each part's blocks) and the ranks
+// explicitly. Both take w_kc in fp8 e4m3 with its per-tensor w_scale.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/cat.h>
@@ -329,7 +329,7 @@ struct MlaArgs {
   double eps = 0;
   bool int8 = false, fp8 = false;
   const std::optional<at::Tensor>* q_b_scale = nullptr;
-  const std::optional<at::Tensor>* w_scale = nullptr;  // fused op only
+  const std::optional<at::Tensor>* w_scale = nullptr;
   bool is_vnni = true;
   at::OptionalIntArrayRef block_size;
 };
@@ -374,16 +374,14 @@ void check_block_scales(const char* op, const char* arg, const std::optional<at:
                     "]");
 }
 
-// w_kc: float, or fp8 e4m3 with the per-tensor w_scale (the fused op's argument).
+// w_kc: float, or fp8 e4m3 with the per-tensor w_scale.
 void check_w_kc_dtype(const char* op, const MlaArgs& a) {
   const at::Tensor& w_kc = *a.w_kc;
   const bool has_scale = a.w_scale != nullptr && a.w_scale->has_value();
   if (!has_scale) {
     TORCH_CHECK_TYPE(w_kc.scalar_type() != at::kFloat8_e4m3fn, op,
-                     ": w_kc has dtype torch.float8_e4m3fn but ",
-                     a.w_scale != nullptr ? "w_scale is None; expected its per-tensor fp32 scale"
-                                          : "this op takes no w_scale; expected a float w_kc "
-                                            "(qkv_proj_with_rope_fused_weight takes w_scale)");
+                     ": w_kc has dtype torch.float8_e4m3fn but w_scale is None; expected its "
+                     "per-tensor fp32 scale");
     weight_dtype(op, "w_kc", w_kc, false, true);
     return;
   }
@@ -809,8 +807,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> qkv_proj_with_rope(
     const at::Tensor& cos_sin_cache, double eps, bool use_int8_w8a8, bool use_fp8_w8a16,
     const std::optional<at::Tensor>& q_a_proj_scale,
     const std::optional<at::Tensor>& q_b_proj_scale,
-    const std::optional<at::Tensor>& kv_a_proj_scale, bool is_vnni,
-    at::OptionalIntArrayRef block_size) {
+    const std::optional<at::Tensor>& kv_a_proj_scale, const std::optional<at::Tensor>& w_scale,
+    bool is_vnni, at::OptionalIntArrayRef block_size) {
   MlaArgs a;
   a.hidden = &hidden_states;
   a.a.q_a = &q_a_proj_weight;
@@ -827,6 +825,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> qkv_proj_with_rope(
   a.int8 = use_int8_w8a8;
   a.fp8 = use_fp8_w8a16;
   a.q_b_scale = &q_b_proj_scale;
+  a.w_scale = &w_scale;
   a.is_vnni = is_vnni;
   a.block_size = block_size;
   return mla_qkv(meta, "qkv_proj_with_rope", a, -1, -1, -1);

@@ -91,6 +91,27 @@ def test_bmm(shape: tuple[int, int, int, int], dtype: torch.dtype, packed: bool)
     assert output.shape == (m, b * n)
 
 
+@pytest.mark.parametrize("fp8", [False, True], ids=["float", "fp8"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_bmm_column_slices(dtype: torch.dtype, fp8: bool) -> None:
+    """mat1 and out as column slices of wider [M, B, *] buffers, transposed (rows strided in
+    both dimensions, as sgl-kernel's own CPU test takes them); sizes off the 32 grid."""
+    g = _gen(17)
+    b, m, n, k = 17, 11, 160, 96
+    mat1 = _randn(g, m, b, k + 64).to(dtype).narrow(2, 0, k).transpose(0, 1)
+    out = torch.full((m, b, n + 64), float("nan"), dtype=dtype).narrow(2, 0, n).transpose(0, 1)
+    w = _randn(g, b, n, k, scale=k**-0.5)
+    scale = None
+    if fp8:
+        w8 = (w * 64).to(torch.float8_e4m3fn)
+        scale = torch.tensor([1 / 64])  # a one-element 1-D scale is accepted too
+        w = w8.double() / 64
+    mat2 = w8 if fp8 else w.to(dtype)
+    BMM(out, mat1, pack(mat2), True, scale)
+    want = bmm_ref(mat1, w if fp8 else mat2, dtype)
+    torch.testing.assert_close(out, want, atol=TOL[dtype][0] / 4, rtol=TOL[dtype][1] / 2)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_bmm_contiguous_and_mixed_weight_dtype(dtype: torch.dtype) -> None:
     g = _gen(7)
@@ -428,12 +449,13 @@ def _fp8_blocks(w: Tensor, bn: int, bk: int) -> tuple[Tensor, Tensor, Tensor]:
     return q, s.float(), q.double() * full
 
 
+@pytest.mark.parametrize("w_kc8", [False, True], ids=["w_kc float", "w_kc fp8"])
 @pytest.mark.parametrize("fused", [False, True], ids=["separate", "fused"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("cfg", ["v2-like", "odd"])
-def test_fp8_w8a16(cfg: str, dtype: torch.dtype, fused: bool) -> None:
+def test_fp8_w8a16(cfg: str, dtype: torch.dtype, fused: bool, w_kc8: bool) -> None:
     """Block-scaled FP8 projections (blocks that do not divide q_lora_rank in "odd": the fused
-    scales keep each part's blocks), and for the fused op an fp8 w_kc with w_scale."""
+    scales keep each part's blocks), w_kc float or fp8 with its per-tensor w_scale."""
     c = CONFIGS[cfg]
     bn, bk = (16, 32) if cfg == "odd" else (32, 64)
     layer = make_layer(c, dtype, seed=12)
@@ -442,15 +464,17 @@ def test_fp8_w8a16(cfg: str, dtype: torch.dtype, fused: bool) -> None:
     kv_a, kv_a_s, kv_a_d = _fp8_blocks(layer.kv_a, bn, bk)
     q_b, q_b_s, q_b_d = _fp8_blocks(layer.q_b, bn, bk)
     common = (layer.q_ln, layer.kv_ln, positions, layer.cos_sin, layer.eps)
-    if fused:
+    w_kc, w_scale = layer.w_kc, None
+    if w_kc8:
         w_scale = torch.tensor(0.004)
-        w_kc8 = (layer.w_kc.double() / 0.004).to(torch.float8_e4m3fn)
-        layer.w_kc = w_kc8.double() * 0.004  # the reference's w_kc
+        w_kc = (layer.w_kc.double() / 0.004).to(torch.float8_e4m3fn)
+        layer.w_kc = w_kc.double() * 0.004  # the reference's w_kc
+    if fused:
         got = mla.qkv_proj_with_rope_fused_weight(
             hidden,
             pack(torch.cat([q_a, kv_a])),
             pack(q_b),
-            _packed_w_kc(w_kc8),
+            _packed_w_kc(w_kc),
             *common,
             c.q_lora,
             c.kv_lora,
@@ -467,12 +491,13 @@ def test_fp8_w8a16(cfg: str, dtype: torch.dtype, fused: bool) -> None:
             pack(q_a),
             pack(q_b),
             pack(kv_a),
-            _packed_w_kc(layer.w_kc),
+            _packed_w_kc(w_kc),
             *common,
             q_a_proj_scale=q_a_s,
             q_b_proj_scale=q_b_s,
             kv_a_proj_scale=kv_a_s,
             use_fp8_w8a16=True,
+            w_scale=w_scale,
             block_size=[bn, bk],
         )
     want = qkv_ref(layer, hidden, positions, weights={"q_a": q_a_d, "kv_a": kv_a_d, "q_b": q_b_d})
@@ -576,6 +601,7 @@ def _qkv_defaults(cfg: Mla = CONFIGS["odd"]) -> dict[str, Any]:
         "q_a_s": None,
         "q_b_s": None,
         "kv_a_s": None,
+        "w_scale": None,
         "is_vnni": False,
         "block_size": None,
     }
@@ -593,7 +619,7 @@ def _qkv_bad() -> list[Bad]:
         qkv(ValueError, ("both True",), fp8=True, int8=True),
         qkv(ValueError, ("block_size is [16]",), fp8=True, block_size=[16]),
         qkv(TypeError, ("q_a_proj_weight", "torch.float8_e4m3fn"), fp8=True, block_size=[16, 16]),
-        qkv(TypeError, ("w_kc", "takes no w_scale"),
+        qkv(TypeError, ("w_kc", "w_scale is None"),
             w_kc=Z(C.heads, C.kv_lora, C.nope).to(torch.float8_e4m3fn)),
         qkv(ValueError, ("eps", "-1"), eps=-1.0),
         qkv(ValueError, ("w_kc", "2-d"), w_kc=Z(C.kv_lora, C.nope)),
@@ -619,6 +645,10 @@ def _qkv_bad() -> list[Bad]:
             q_a=Z(C.q_lora, C.hidden).char(), q_b=Z(C.heads * 35, C.q_lora).char(),
             kv_a=Z(C.kv_lora + C.rope, C.hidden).char(), q_a_s=Z(C.q_lora),
             q_b_s=Z(C.heads * 35), kv_a_s=Z(C.kv_lora)),
+        qkv(TypeError, ("w_kc", "float8_e4m3fn when w_scale is given"),
+            w_scale=torch.tensor(1.0)),
+        qkv(ValueError, ("w_scale", "2 elements"), w_scale=torch.ones(2),
+            w_kc=Z(C.heads, C.kv_lora, C.nope).to(torch.float8_e4m3fn)),
         qkv(ValueError, ("positions[2] is 10", "cos_sin_cache.size(0) = 10"),
             positions=torch.tensor([0, 1, 10, 2]), fake_too=False),
         qkv(ValueError, ("q_a_proj_weight", "packed-weight header"), is_vnni=True,
@@ -675,7 +705,7 @@ def test_opcheck_qkv(dtype: torch.dtype) -> None:
         QKV,
         (hidden, pack(layer.q_a), pack(layer.q_b), pack(layer.kv_a), _packed_w_kc(layer.w_kc),
          layer.q_ln, layer.kv_ln, positions, layer.cos_sin, layer.eps, False, False, None,
-         None, None, True, None),
+         None, None, None, True, None),
     )  # fmt: skip
     torch.library.opcheck(
         FUSED,

@@ -56,6 +56,7 @@ def qkv_proj_with_rope(
     kv_a_proj_scale: Tensor | None = None,
     is_vnni: bool = True,
     use_fp8_w8a16: bool = False,
+    w_scale: Tensor | None = None,
     block_size: list[int] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """MLA's query and key inputs for ``hidden_states [T, hidden]`` (fp32, bf16 or fp16).
@@ -77,7 +78,9 @@ def qkv_proj_with_rope(
     ``use_int8_w8a8``: the three projection weights are int8 with fp32 per-channel scales
     and their inputs are quantised per row (``w_kc`` stays float). ``use_fp8_w8a16``: they
     are ``torch.float8_e4m3fn`` with fp32 block scales ``[ceil(N / block_n), ceil(K /
-    block_k)]`` (``block_size = [block_n, block_k]``), activations unquantised.
+    block_k)]`` (``block_size = [block_n, block_k]``), activations unquantised. ``w_kc``
+    may be ``torch.float8_e4m3fn`` with its per-tensor fp32 ``w_scale`` (SGLang's FP8
+    checkpoints).
     """
     q, k, v = torch.ops.sgl_kernel.qkv_proj_with_rope.default(
         hidden_states,
@@ -95,6 +98,7 @@ def qkv_proj_with_rope(
         q_a_proj_scale,
         q_b_proj_scale,
         kv_a_proj_scale,
+        w_scale,
         is_vnni,
         block_size,
     )
@@ -126,8 +130,7 @@ def qkv_proj_with_rope_fused_weight(
     weight ``[q_lora_rank + kv_lora_rank + qk_rope_head_dim, hidden]`` (and their scales:
     for ``use_int8_w8a8`` one vector, for ``use_fp8_w8a16`` the two parts' block scales
     stacked, ``[ceil(q_lora_rank / block_n) + ceil((kv_lora_rank + qk_rope_head_dim) /
-    block_n), ceil(hidden / block_k)]``). ``w_kc`` may be ``torch.float8_e4m3fn`` with the
-    per-tensor fp32 ``w_scale`` (SGLang's FP8 checkpoints).
+    block_n), ceil(hidden / block_k)]``).
 
     Calls ``torch.ops.sgl_kernel.qkv_proj_with_rope_fused_weight``.
     """
