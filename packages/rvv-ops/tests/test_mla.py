@@ -374,6 +374,40 @@ def test_fused_weight_as_sglang_calls_it(cfg: str, dtype: torch.dtype) -> None:
     )
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_every_variant(variant: str, dtype: torch.dtype) -> None:
+    """The fused op and bmm_cpu on each kernel variant this CPU runs (weights packed under
+    it: its VLEN's panel width), FP8 w_kc included."""
+    c = CONFIGS["odd"]
+    layer = make_layer(c, dtype, seed=41)
+    hidden, positions = _inputs(layer, 5, seed=42)
+    w_kc = (layer.w_kc.double() / 0.004).to(torch.float8_e4m3fn)
+    layer.w_kc = w_kc.double() * 0.004
+    got = mla.qkv_proj_with_rope_fused_weight(
+        hidden,
+        pack(torch.cat([layer.q_a, layer.kv_a])),
+        pack(layer.q_b),
+        _packed_w_kc(w_kc),
+        layer.q_ln,
+        layer.kv_ln,
+        positions,
+        layer.cos_sin,
+        layer.eps,
+        c.q_lora,
+        c.kv_lora,
+        c.rope,
+        w_scale=torch.tensor(0.004),
+    )
+    _check(layer, got, qkv_ref(layer, hidden, positions))
+    g = _gen(43)
+    _, out, mat1 = _sglang_views(c.heads, 5, 24, c.kv_lora, _randn(g, 5, c.heads, c.kv_lora), dtype)
+    w = _randn(g, c.heads, 24, c.kv_lora, scale=c.kv_lora**-0.5).to(dtype)
+    mla.bmm(out, mat1, pack(w))
+    torch.testing.assert_close(
+        out, bmm_ref(mat1, w, dtype), atol=TOL[dtype][0] / 4, rtol=TOL[dtype][1] / 2
+    )
+
+
 def _int8_weight(w: Tensor) -> tuple[Tensor, Tensor]:
     """Per-output-channel symmetric int8 of a float weight: (int8 [N, K], fp32 scales [N])."""
     w = w.double()
