@@ -30,7 +30,8 @@ def bmm(
 
     Calls ``torch.ops.sgl_kernel.bmm_cpu``. ``mat1 [B, M, K]`` (fp32, bf16 or fp16) and
     ``out [B, M, N]`` (``mat1``'s dtype) may be strided views with a contiguous last
-    dimension; ``out`` must not overlap ``mat1`` or ``mat2``. ``mat2`` is the 3-D result of
+    dimension (an ``out`` sharing memory with ``mat1`` or ``mat2`` is computed into a new
+    tensor, then copied). ``mat2`` is the 3-D result of
     ``convert_weight_packed`` on a ``[B, N, K]`` weight (``is_vnni=True``) or that weight
     itself (``is_vnni=False``), fp32, bf16 or fp16; with ``scale`` (a one-element fp32
     tensor) it is ``torch.float8_e4m3fn`` and the products are multiplied by ``scale``
