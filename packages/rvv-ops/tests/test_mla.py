@@ -375,6 +375,34 @@ def test_fused_weight_as_sglang_calls_it(cfg: str, dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_strided_hidden_int32_positions_fp32_cache(dtype: torch.dtype) -> None:
+    """hidden_states as a column slice (row stride > hidden), int32 positions and an fp32
+    cos/sin cache with bf16 / fp16 activations: the same result as the plain call."""
+    c = CONFIGS["v2-like"]
+    layer = make_layer(c, dtype, seed=51)
+    hidden, positions = _inputs(layer, 6, seed=52)
+    wide = torch.zeros(6, c.hidden + 8, dtype=dtype)
+    wide[:, 4 : 4 + c.hidden] = hidden
+    args = (pack(layer.q_a), pack(layer.q_b), pack(layer.kv_a), _packed_w_kc(layer.w_kc))
+    base = mla.qkv_proj_with_rope(
+        hidden, *args, layer.q_ln, layer.kv_ln, positions, layer.cos_sin, layer.eps
+    )
+    got = mla.qkv_proj_with_rope(
+        wide[:, 4 : 4 + c.hidden],
+        *args,
+        layer.q_ln,
+        layer.kv_ln,
+        positions.int(),
+        layer.cos_sin.float(),
+        layer.eps,
+    )
+    for g_t, b_t in zip(got, base, strict=True):
+        torch.testing.assert_close(g_t, b_t, atol=0, rtol=0)
+    layer.cos_sin = layer.cos_sin.float()
+    _check(layer, got, qkv_ref(layer, hidden, positions))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_every_variant(variant: str, dtype: torch.dtype) -> None:
     """The fused op and bmm_cpu on each kernel variant this CPU runs (weights packed under
     it: its VLEN's panel width), FP8 w_kc included."""
