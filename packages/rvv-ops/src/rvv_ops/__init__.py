@@ -24,6 +24,8 @@ Importing this package loads ``rvv_ops/_C.so``, which registers
 - mixture-of-experts routing (see ``rvv_ops.moe_routing``): ``topk_softmax_cpu``,
   ``topk_sigmoid_cpu``, ``grouped_topk_cpu``, ``biased_grouped_topk_cpu``,
   ``fused_moe_router_cpu``
+- multi-head latent attention (see ``rvv_ops.mla``): ``bmm_cpu``, ``qkv_proj_with_rope``,
+  ``qkv_proj_with_rope_fused_weight``
 
 with SGLang's names and arguments, so SGLang's CPU code paths find them, plus Meta
 kernels (the checks that need no data, then empty outputs) for fake tensors and
