@@ -37,6 +37,8 @@ class Arch:
     """Builds the transformers config from the common arguments."""
     features: str
     """The structural features the config exercises (for the report)."""
+    server_args: tuple[str, ...] = ()
+    """SGLang flags both servers need for this family on a CPU."""
 
 
 def _common(vocab: int, bos: int, eos: int) -> dict[str, Any]:
@@ -197,7 +199,10 @@ MATRIX: tuple[Arch, ...] = (
     Arch("smollm2", "SmolLM2", _smollm2, "Llama layers, MQA 3:1, head 32, tied embeddings"),
     Arch("qwen2.5", "Qwen2.5 0.5-3B", _qwen25, "QKV bias, GQA 6:2, tied embeddings"),
     Arch("qwen3", "Qwen3 0.6-4B", _qwen3, "QK RMSNorm, GQA 6:2, tied embeddings"),
-    Arch("qwen3.5", "Qwen3.5 (text)", _qwen35, "Gated DeltaNet + gated full attention, QK norm"),
+    # SGLang's default Mamba radix-cache strategy (extra_buffer) needs state snapshots that
+    # its CPU platform does not support.
+    Arch("qwen3.5", "Qwen3.5 (text)", _qwen35, "Gated DeltaNet + gated full attention, QK norm",
+         ("--mamba-radix-cache-strategy", "no_buffer")),
     Arch("gemma2", "Gemma 2 2B", _gemma2,
          "Gemma norms, sandwich norms, alternating sliding window, logit soft-caps"),
     Arch("gemma3", "Gemma 3 1B", _gemma3,

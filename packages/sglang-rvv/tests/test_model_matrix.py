@@ -97,7 +97,9 @@ def _start(
             raise
 
 
-def serve(model: Path, backend: str, *, routed: bool, tmp: Path) -> Served:
+def serve(
+    model: Path, backend: str, *, routed: bool, tmp: Path, extra: tuple[str, ...] = ()
+) -> Served:
     """Starts a fp32 server, generates greedily for the matrix prompts, stops it."""
     import openai
 
@@ -121,6 +123,7 @@ def serve(model: Path, backend: str, *, routed: bool, tmp: Path) -> Served:
                 "--chunked-prefill-size", str(CHUNK),
                 "--random-seed", "0",
                 "--dtype", "float32",
+                *extra,
             ],
             model,
         )  # fmt: skip
@@ -177,7 +180,7 @@ def _record(entry: dict[str, Any]) -> None:
 def test_rvv_serves_the_arch_as_torch_native_does(name: str, tmp_path: Path) -> None:
     arch = model_matrix.BY_NAME[name]
     model = model_matrix.ensure(name)
-    ref = serve(model, "torch_native", routed=False, tmp=tmp_path)
+    ref = serve(model, "torch_native", routed=False, tmp=tmp_path, extra=arch.server_args)
     entry: dict[str, Any] = {
         "arch": name, "family": arch.family, "features": arch.features,
         "torch_native": {"ok": ref.ok, "error": ref.error, "stats": ref.stats},
@@ -189,7 +192,7 @@ def test_rvv_serves_the_arch_as_torch_native_does(name: str, tmp_path: Path) -> 
         assert expected is not None, f"{name}: torch_native failed: {ref.error}"
         assert re.search(expected, ref.error), f"{name}: torch_native failed: {ref.error}"
         return
-    rvv = serve(model, "rvv", routed=True, tmp=tmp_path)
+    rvv = serve(model, "rvv", routed=True, tmp=tmp_path, extra=arch.server_args)
     entry["rvv"] = {"ok": rvv.ok, "error": rvv.error, "stats": rvv.stats}
     if not rvv.ok:
         entry["status"] = "rvv-failed"
