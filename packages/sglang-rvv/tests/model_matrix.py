@@ -39,6 +39,8 @@ class Arch:
     """The structural features the config exercises (for the report)."""
     server_args: tuple[str, ...] = ()
     """SGLang flags both servers need for this family on a CPU."""
+    revision: int = 1
+    """Bumped when the entry's config changes: its cached checkpoint is then rebuilt."""
 
 
 def _common(vocab: int, bos: int, eos: int) -> dict[str, Any]:
@@ -119,6 +121,7 @@ def _gemma2(c: dict[str, Any]) -> Any:
         final_logit_softcapping=30.0,
         query_pre_attn_scalar=16,
         hidden_activation="gelu_pytorch_tanh",
+        hidden_act="gelu_pytorch_tanh",  # Gemma 2's published configs carry both names
     )
 
 
@@ -204,7 +207,7 @@ MATRIX: tuple[Arch, ...] = (
     Arch("qwen3.5", "Qwen3.5 (text)", _qwen35, "Gated DeltaNet + gated full attention, QK norm",
          ("--mamba-radix-cache-strategy", "no_buffer")),
     Arch("gemma2", "Gemma 2 2B", _gemma2,
-         "Gemma norms, sandwich norms, alternating sliding window, logit soft-caps"),
+         "Gemma norms, sandwich norms, alternating sliding window, logit soft-caps", revision=2),
     Arch("gemma3", "Gemma 3 1B", _gemma3,
          "Gemma norms, QK norm, sliding window + global layers, local RoPE base"),
     Arch("phi3", "Phi-3.5 / Phi-4-mini", _phi3, "fused QKV and gate-up, partial rotary 0.75"),
@@ -250,8 +253,9 @@ def build(arch: Arch, out: Path, *, steps: int = 60, seed: int = 0) -> Path:
     model.config.dtype = torch.float32
     model.save_pretrained(str(out), safe_serialization=True)
     (out / "rvv_sglang_matrix.json").write_text(
-        json.dumps({"format_version": FORMAT_VERSION, "arch": arch.name, "seed": seed,
-                    "steps": steps, "final_loss": round(float(loss.item()), 4)}, indent=2)
+        json.dumps({"format_version": FORMAT_VERSION, "arch": arch.name,
+                    "revision": arch.revision, "seed": seed, "steps": steps,
+                    "final_loss": round(float(loss.item()), 4)}, indent=2)
     )  # fmt: skip
     print(f"  matrix {arch.name}: built in {time.monotonic() - started:.0f} s, "
           f"loss {loss.item():.3f}", flush=True)  # fmt: skip
@@ -268,7 +272,11 @@ def ensure(name: str) -> Path:
             meta = json.loads(stamp.read_text())
         except ValueError:
             meta = {}
-        if meta.get("format_version") == FORMAT_VERSION and meta.get("arch") == name:
+        if (
+            meta.get("format_version") == FORMAT_VERSION
+            and meta.get("arch") == name
+            and meta.get("revision", 1) == arch.revision
+        ):
             return target
     return build(arch, target)
 

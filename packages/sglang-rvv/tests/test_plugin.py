@@ -70,7 +70,7 @@ def test_an_existing_rvv_backend_is_not_replaced_silently(replace: str) -> None:
 
 _LAYERS_SCRIPT = """
     import json, torch
-    from sglang.srt.layers.layernorm import RMSNorm, GemmaRMSNorm
+    from sglang.srt.layers.layernorm import RMSNorm, GemmaRMSNorm, Gemma3RMSNorm
     from sglang.srt.layers.activation import SiluAndMul, GeluAndMul
     from sglang.srt.layers.rotary_embedding.base import RotaryEmbedding
     torch.manual_seed(0)
@@ -82,6 +82,12 @@ _LAYERS_SCRIPT = """
             m.weight.data.normal_()
             cases.append((f"{cls.__name__}-{dt}", m, (x,)))
             cases.append((f"{cls.__name__}-residual-{dt}", m, (x, torch.randn(7, 96, dtype=dt))))
+        g3 = Gemma3RMSNorm(96, eps=1e-6).to(dt)
+        g3.weight.data.normal_()
+        cases.append((f"Gemma3RMSNorm-{dt}", g3, (x,)))
+        cases.append((f"Gemma3RMSNorm-residual-{dt}", g3, (x, torch.randn(7, 96, dtype=dt))))
+        cases.append((f"Gemma3RMSNorm-heads-{dt}", Gemma3RMSNorm(16).to(dt),
+                      (torch.randn(3, 6, 16, dtype=dt),)))
         y = torch.randn(5, 2 * 48, dtype=dt)
         cases.append((f"silu-{dt}", SiluAndMul(), (y,)))
         for ap in ("none", "tanh"):
@@ -118,6 +124,7 @@ def test_layers_route_to_the_rvv_ops_and_match_sglang_native() -> None:
         "fused_add_rmsnorm_cpu",
         "gemma_rmsnorm_cpu",
         "gemma_fused_add_rmsnorm_cpu",
+        "gemma3_rmsnorm_cpu",
         "silu_and_mul_cpu",
         "gelu_and_mul_cpu",
         "gelu_tanh_and_mul_cpu",

@@ -252,6 +252,31 @@ gemma_rmsnorm_forward = _rmsnorm_hook(
 )
 
 
+def gemma3_rmsnorm_forward(
+    original: Callable[..., Any], self: Any, x: torch.Tensor, residual: torch.Tensor | None = None
+) -> Any:
+    """``Gemma3RMSNorm.forward_native`` through ``gemma3_rmsnorm_cpu`` (``x / rms(x) * (1 +
+    weight)`` in fp32, rounded once). With a residual, SGLang's native code first adds it in
+    the activations' dtype (``residual = x + residual``) and normalises that sum: the same
+    here, the sum in torch and its norm in the op."""
+    weight = getattr(self, "weight", None)
+    if (
+        x.device.type != "cpu"
+        or x.dtype not in _FLOAT_DTYPES
+        or not isinstance(weight, torch.Tensor)
+        or weight.dtype != x.dtype
+        or x.dim() < 1
+        or x.stride(-1) != 1
+        or (residual is not None and (residual.dtype != x.dtype or residual.shape != x.shape))
+    ):
+        return original(self, x, residual)
+    _count("gemma3_rmsnorm_cpu")
+    if residual is None:
+        return _sgl.gemma3_rmsnorm_cpu(x, weight.data, self.eps)
+    residual = x + residual
+    return _sgl.gemma3_rmsnorm_cpu(residual, weight.data, self.eps), residual
+
+
 def layernorm_forward(original: Callable[..., Any], self: Any, x: torch.Tensor) -> Any:
     """``LayerNorm.forward_native`` through ``layernorm_cpu``."""
     weight = getattr(self, "weight", None)
@@ -719,6 +744,11 @@ HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (_BASE + "activation.GeluAndMul.forward_native", gelu_and_mul_forward),
     (_BASE + "rotary_embedding.base.RotaryEmbedding.forward_native", rotary_forward),
 )
+OPTIONAL_HOOKS: tuple[tuple[str, Callable[..., Any], str], ...] = (
+    (_BASE + "layernorm.Gemma3RMSNorm.forward_native", gemma3_rmsnorm_forward,
+     "gemma3_rmsnorm_cpu"),
+)  # fmt: skip
+"""Hooks registered when the installed rvv-ops defines their op: (target, hook, op)."""
 LINEAR_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (
         _BASE + "quantization.unquant.UnquantizedLinearMethod.process_weights_after_loading",
@@ -827,6 +857,7 @@ def maybe_enable() -> bool:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     hooks = list(HOOKS)
+    hooks += [(t, h) for t, h, op in OPTIONAL_HOOKS if hasattr(torch.ops.sgl_kernel, op)]
     if linear_ops_available():
         hooks += LINEAR_HOOKS
         hooks.append(QUANT_CONFIG_HOOK)
