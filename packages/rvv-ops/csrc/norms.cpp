@@ -1,0 +1,210 @@
+// The RMSNorm variants of sgl-kernel's CPU build on rvv-kernels' rmsnorm and rmsnorm_gated
+// kernels: gemma3_rmsnorm_cpu, gemma4_rmsnorm_cpu, l2norm_cpu, fused_rmsnorm_gated_cpu,
+// fused_qk_rmsnorm_cpu (q and k over their full widths) and fused_qk_gemma_rmsnorm_cpu (per
+// head of head_dim). Each returns new contiguous tensors; nothing is written in place.
+#include <ATen/ops/empty.h>
+
+#include <cmath>
+#include <tuple>
+
+#include "common.h"
+#include "ops.h"
+
+namespace rvv_ops {
+namespace {
+
+// `weight` (named `arg`): 1-D with `cols` elements of `input`'s dtype, on its device.
+void check_norm_weight(const char* op, const char* arg, const at::Tensor& weight,
+                       const char* input_arg, const at::Tensor& input, const c10::SymInt& cols,
+                       const char* cols_what) {
+  check_same_device(op, arg, weight, input_arg, input);
+  check_same_dtype(op, arg, weight, input_arg, input);
+  TORCH_CHECK_VALUE(weight.dim() == 1, op, ": ", arg, " is ", weight.dim(), "-d (",
+                    describe(weight), "); expected a 1-D tensor");
+  TORCH_CHECK_VALUE(weight.sym_size(0) == cols, op, ": ", arg, " has ", weight.sym_size(0),
+                    " elements; expected ", cols_what, " = ", cols);
+}
+
+// A new contiguous tensor of `input`'s shape, or nothing but its shape for Meta.
+at::Tensor new_like(bool meta, const at::Tensor& input) {
+  return meta ? at::empty_symint(input.sym_sizes(), input.options())
+              : at::empty(input.sizes(), input.options());
+}
+
+// out[r] = rmsnorm(input[r]) * (weight + offset) over the rows of `input`'s last dimension;
+// weight undefined: no weight.
+void run_rmsnorm(rvvk::DType dtype, const at::Tensor& out, const Rows& in,
+                 const at::Tensor& weight, double eps, float offset) {
+  const std::int64_t rows = num_rows(in.t), cols = in.t.size(-1);
+  if (out.numel() == 0) return;
+  const void* w = weight.defined() ? weight.data_ptr() : nullptr;
+  parallel_rows(rows, cols, [&](std::int64_t begin, std::int64_t end) {
+    rvvk::rmsnorm(dtype, row_ptr(out, cols, begin), cols, row_ptr(in.t, in.stride, begin),
+                  in.stride, w, end - begin, cols, static_cast<float>(eps), offset);
+  });
+}
+
+// The single-input norms: rmsnorm over the last dimension with (weight + offset), or no
+// weight when `use_weight` is false (the weight, if given, is still checked).
+at::Tensor norm_impl(bool meta, const char* op, const at::Tensor& input,
+                     const at::Tensor* weight, double eps, float offset, bool use_weight) {
+  if (!meta) {
+    check_cpu(op, "input", input);
+    if (weight) check_cpu(op, "weight", *weight);
+  }
+  const rvvk::DType dtype = kernel_dtype(op, "input", input);
+  check_has_rows(op, "input", input);
+  if (weight) {
+    check_norm_weight(op, "weight", *weight, "input", input, input.sym_size(-1),
+                      "input.size(-1)");
+  }
+  check_eps(op, eps);
+  at::Tensor out = new_like(meta, input);
+  if (meta) return out;
+  check_last_dim_contiguous(op, "input", input);
+  if (weight) check_contiguous(op, "weight", *weight);
+  run_rmsnorm(dtype, out, readable_rows(input), use_weight ? *weight : at::Tensor(), eps,
+              offset);
+  return out;
+}
+
+// The checks of the two QK ops shared with their Meta kernels: q and k CPU (unless meta),
+// fp32/bf16/fp16 of one dtype, at least 1-D, with the same number of rows.
+rvvk::DType check_qk(bool meta, const char* op, const at::Tensor& q, const at::Tensor& k,
+                     const at::Tensor& q_weight, const at::Tensor& k_weight) {
+  if (!meta) {
+    check_cpu(op, "q", q);
+    check_cpu(op, "k", k);
+    check_cpu(op, "q_weight", q_weight);
+    check_cpu(op, "k_weight", k_weight);
+  }
+  check_same_device(op, "k", k, "q", q);
+  const rvvk::DType dtype = kernel_dtype(op, "q", q);
+  check_same_dtype(op, "k", k, "q", q);
+  check_has_rows(op, "q", q);
+  check_has_rows(op, "k", k);
+  c10::SymInt q_rows = 1, k_rows = 1;
+  for (std::int64_t d = 0; d + 1 < q.dim(); ++d) q_rows *= q.sym_size(d);
+  for (std::int64_t d = 0; d + 1 < k.dim(); ++d) k_rows *= k.sym_size(d);
+  TORCH_CHECK_VALUE(q_rows == k_rows, op, ": q has ", q_rows, " rows (", describe(q),
+                    ") and k ", k_rows, " (", describe(k),
+                    "); expected the same number of tokens");
+  return dtype;
+}
+
+}  // namespace
+
+at::Tensor gemma3_rmsnorm_cpu(bool meta, const at::Tensor& input, const at::Tensor& weight,
+                              double eps) {
+  return norm_impl(meta, "gemma3_rmsnorm_cpu", input, &weight, eps, 1.0f, true);
+}
+
+at::Tensor gemma4_rmsnorm_cpu(bool meta, const at::Tensor& input, const at::Tensor& weight,
+                              double eps, double scale_shift, bool with_scale) {
+  constexpr const char* kOp = "gemma4_rmsnorm_cpu";
+  const float shift = static_cast<float>(scale_shift);
+  TORCH_CHECK_VALUE(std::isfinite(scale_shift) && std::isfinite(shift), kOp,
+                    ": scale_shift is ", scale_shift, "; expected a finite number (as fp32)");
+  return norm_impl(meta, kOp, input, &weight, eps, shift, with_scale);
+}
+
+at::Tensor l2norm_cpu(bool meta, const at::Tensor& input, double eps) {
+  return norm_impl(meta, "l2norm_cpu", input, nullptr, eps, 0.0f, false);
+}
+
+at::Tensor fused_rmsnorm_gated_cpu(bool meta, const at::Tensor& input, const at::Tensor& weight,
+                                   const at::Tensor& gate, double eps) {
+  constexpr const char* kOp = "fused_rmsnorm_gated_cpu";
+  if (!meta) {
+    check_cpu(kOp, "input", input);
+    check_cpu(kOp, "weight", weight);
+    check_cpu(kOp, "gate", gate);
+  }
+  const rvvk::DType dtype = kernel_dtype(kOp, "input", input);
+  check_has_rows(kOp, "input", input);
+  check_norm_weight(kOp, "weight", weight, "input", input, input.sym_size(-1), "input.size(-1)");
+  check_same_device(kOp, "gate", gate, "input", input);
+  check_same_dtype(kOp, "gate", gate, "input", input);
+  TORCH_CHECK_VALUE(gate.sym_sizes() == input.sym_sizes(), kOp, ": gate has shape ",
+                    gate.sym_sizes(), "; expected input's shape ", input.sym_sizes());
+  check_eps(kOp, eps);
+  at::Tensor out = new_like(meta, input);
+  if (meta) return out;
+  check_last_dim_contiguous(kOp, "input", input);
+  check_last_dim_contiguous(kOp, "gate", gate);
+  check_contiguous(kOp, "weight", weight);
+
+  const Rows in = readable_rows(input);
+  const Rows g = readable_rows(gate);
+  const std::int64_t rows = num_rows(in.t), cols = in.t.size(-1);
+  if (out.numel() == 0) return out;
+  parallel_rows(rows, cols, [&](std::int64_t begin, std::int64_t end) {
+    rvvk::rmsnorm_gated(dtype, row_ptr(out, cols, begin), cols, row_ptr(in.t, in.stride, begin),
+                        in.stride, weight.data_ptr(), row_ptr(g.t, g.stride, begin), g.stride,
+                        end - begin, cols, static_cast<float>(eps));
+  });
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> fused_qk_rmsnorm_cpu(bool meta, const at::Tensor& q,
+                                                        const at::Tensor& k,
+                                                        const at::Tensor& q_weight,
+                                                        const at::Tensor& k_weight, double eps) {
+  constexpr const char* kOp = "fused_qk_rmsnorm_cpu";
+  const rvvk::DType dtype = check_qk(meta, kOp, q, k, q_weight, k_weight);
+  check_norm_weight(kOp, "q_weight", q_weight, "q", q, q.sym_size(-1), "q.size(-1)");
+  check_norm_weight(kOp, "k_weight", k_weight, "k", k, k.sym_size(-1), "k.size(-1)");
+  check_eps(kOp, eps);
+  at::Tensor q_out = new_like(meta, q), k_out = new_like(meta, k);
+  if (meta) return {q_out, k_out};
+  check_last_dim_contiguous(kOp, "q", q);
+  check_last_dim_contiguous(kOp, "k", k);
+  check_contiguous(kOp, "q_weight", q_weight);
+  check_contiguous(kOp, "k_weight", k_weight);
+  run_rmsnorm(dtype, q_out, readable_rows(q), q_weight, eps, 0.0f);
+  run_rmsnorm(dtype, k_out, readable_rows(k), k_weight, eps, 0.0f);
+  return {q_out, k_out};
+}
+
+std::tuple<at::Tensor, at::Tensor> fused_qk_gemma_rmsnorm_cpu(
+    bool meta, const at::Tensor& q, const at::Tensor& k, const at::Tensor& q_weight,
+    const at::Tensor& k_weight, double eps, std::int64_t head_dim) {
+  constexpr const char* kOp = "fused_qk_gemma_rmsnorm_cpu";
+  const rvvk::DType dtype = check_qk(meta, kOp, q, k, q_weight, k_weight);
+  TORCH_CHECK_VALUE(head_dim > 0, kOp, ": head_dim is ", head_dim, "; expected > 0");
+  TORCH_CHECK_VALUE(q.sym_size(-1) % head_dim == 0, kOp, ": q.size(-1) = ", q.sym_size(-1),
+                    " is not a multiple of head_dim = ", head_dim,
+                    "; expected q [tokens, num_heads * head_dim]");
+  TORCH_CHECK_VALUE(k.sym_size(-1) % head_dim == 0, kOp, ": k.size(-1) = ", k.sym_size(-1),
+                    " is not a multiple of head_dim = ", head_dim,
+                    "; expected k [tokens, num_kv_heads * head_dim]");
+  const c10::SymInt hd(head_dim);
+  check_norm_weight(kOp, "q_weight", q_weight, "q", q, hd, "head_dim");
+  check_norm_weight(kOp, "k_weight", k_weight, "k", k, hd, "head_dim");
+  check_eps(kOp, eps);
+  at::Tensor q_out = new_like(meta, q), k_out = new_like(meta, k);
+  if (meta) return {q_out, k_out};
+  check_last_dim_contiguous(kOp, "q", q);
+  check_last_dim_contiguous(kOp, "k", k);
+  check_contiguous(kOp, "q_weight", q_weight);
+  check_contiguous(kOp, "k_weight", k_weight);
+  // Each token row of width heads * head_dim is `heads` rows of head_dim, head_dim apart:
+  // one kernel call per token over its heads; the output rows are contiguous.
+  const auto per_head = [&](const at::Tensor& out, const at::Tensor& x, const at::Tensor& w) {
+    if (out.numel() == 0) return;
+    const Rows in = readable_rows(x);
+    const std::int64_t tokens = num_rows(in.t), width = in.t.size(-1);
+    const std::int64_t heads = width / head_dim;
+    parallel_rows(tokens, width, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t t = begin; t < end; ++t) {
+        rvvk::rmsnorm(dtype, row_ptr(out, width, t), head_dim, row_ptr(in.t, in.stride, t),
+                      head_dim, w.data_ptr(), heads, head_dim, static_cast<float>(eps), 1.0f);
+      }
+    });
+  };
+  per_head(q_out, q, q_weight);
+  per_head(k_out, k, k_weight);
+  return {q_out, k_out};
+}
+
+}  // namespace rvv_ops

@@ -1,0 +1,319 @@
+"""sgl-kernel's RMSNorm variants (csrc/norms.cpp): gemma3_rmsnorm_cpu, gemma4_rmsnorm_cpu,
+l2norm_cpu, fused_rmsnorm_gated_cpu, fused_qk_rmsnorm_cpu and fused_qk_gemma_rmsnorm_cpu
+against float64 references (SGLang 0.5.23's forward_native formulas), over odd shapes,
+layouts, SGLang's call style, opcheck and bad inputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import rvv_ops
+import torch
+from bad_input import Bad, Cases
+from torch import Tensor
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+EPS = 1e-6
+GEMMA3 = torch.ops.sgl_kernel.gemma3_rmsnorm_cpu.default
+GEMMA4 = torch.ops.sgl_kernel.gemma4_rmsnorm_cpu.default
+L2NORM = torch.ops.sgl_kernel.l2norm_cpu.default
+GATED = torch.ops.sgl_kernel.fused_rmsnorm_gated_cpu.default
+QK = torch.ops.sgl_kernel.fused_qk_rmsnorm_cpu.default
+QK_GEMMA = torch.ops.sgl_kernel.fused_qk_gemma_rmsnorm_cpu.default
+
+# (rtol, atol) per dtype against a float64 reference rounded once: the kernel's fp32
+# statistics (a few ulps), then for 16-bit one rounding step (2^-8 bf16, 2^-11 fp16
+# relative), which may go to the neighbour: 1 ulp. SGLang's CPU norm tests use 1e-5 (fp32)
+# and 1e-2 / 1e-3 (bf16 / fp16) tolerances; these are tighter.
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float32: (1e-5, 1e-5),
+    torch.bfloat16: (2**-7, 1e-5),
+    torch.float16: (2**-10, 1e-5),
+}
+
+
+def assert_matches(actual: Tensor, expected: Tensor) -> None:
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype
+    assert actual.is_contiguous()
+    rtol, atol = TOLERANCES[expected.dtype]
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
+
+
+def make(shape: tuple[int, ...], dtype: torch.dtype, seed: int, scale: float = 2.0) -> Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g) * scale + 0.25).to(dtype)
+
+
+def rms64(x: Tensor, eps: float) -> Tensor:
+    """x / sqrt(mean(x^2) + eps) over the last dimension, in float64."""
+    x64 = x.double()
+    return x64 * torch.rsqrt(x64.pow(2).mean(dim=-1, keepdim=True) + eps)
+
+
+def ref_gemma3(x: Tensor, w: Tensor, eps: float) -> Tensor:
+    """Gemma3RMSNorm.forward_native: norm(x) * (1 + w), rounded once to x's dtype."""
+    return (rms64(x, eps) * (1.0 + w.double())).to(x.dtype)
+
+
+def ref_gemma4(x: Tensor, w: Tensor, eps: float, shift: float, with_scale: bool) -> Tensor:
+    """Gemma4RMSNorm.forward_native: norm(x) * (w + shift) with_scale, else norm(x)."""
+    y = rms64(x, eps)
+    return (y * (w.double() + shift) if with_scale else y).to(x.dtype)
+
+
+def ref_l2norm(x: Tensor, eps: float) -> Tensor:
+    """F.rms_norm(x, (n,), None, eps) (MuseSpark's fallback for l2norm_cpu)."""
+    return rms64(x, eps).to(x.dtype)
+
+
+def ref_gated(x: Tensor, w: Tensor, g: Tensor, eps: float) -> Tensor:
+    """RMSNormGated (norm before gate, swish): norm(x) * w * silu(g)."""
+    g64 = g.double()
+    return (rms64(x, eps) * w.double() * g64 * torch.sigmoid(g64)).to(x.dtype)
+
+
+def ref_rms(x: Tensor, w: Tensor, eps: float) -> Tensor:
+    return (rms64(x, eps) * w.double()).to(x.dtype)
+
+
+def ref_qk_gemma(x: Tensor, w: Tensor, eps: float, head_dim: int) -> Tensor:
+    by_head = x.reshape(*x.shape[:-1], x.shape[-1] // head_dim, head_dim)
+    return ref_gemma3(by_head, w, eps).reshape(x.shape)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_single_input_norms(variant: str, dtype: torch.dtype, cols: int) -> None:
+    x = make((3, cols), dtype, seed=cols)
+    w = make((cols,), dtype, seed=cols + 1, scale=0.3)  # Gemma's weights sit around 0
+    g = make((3, cols), dtype, seed=cols + 2, scale=4.0)
+    x_before = x.clone()
+    eps = EPS if cols > 2 else 0.5  # a large eps must show
+    assert_matches(rvv_ops.gemma3_rmsnorm(x, w, eps), ref_gemma3(x, w, eps))
+    assert_matches(rvv_ops.l2norm(x, eps), ref_l2norm(x, eps))
+    assert_matches(rvv_ops.gemma4_rmsnorm(x, w, eps, 1.0, True), ref_gemma4(x, w, eps, 1.0, True))
+    assert_matches(rvv_ops.gemma4_rmsnorm(x, w, eps, 0.5, False), ref_gemma4(x, w, eps, 0, False))
+    assert_matches(rvv_ops.fused_rmsnorm_gated(x, w + 1, g, eps), ref_gated(x, w + 1, g, eps))
+    torch.testing.assert_close(x, x_before, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    ("tokens", "heads", "kv_heads", "head_dim"),
+    [(1, 1, 1, 1), (3, 2, 1, 7), (5, 4, 2, 64), (2, 3, 3, 130), (0, 2, 1, 16), (7, 16, 8, 256)],
+)
+def test_qk_norms(
+    dtype: torch.dtype, tokens: int, heads: int, kv_heads: int, head_dim: int
+) -> None:
+    # As Qwen3.5 / MiniMax-M2 pass them: q and k column slices of one fused qkv row.
+    qkv = make((tokens, (heads + 2 * kv_heads) * head_dim), dtype, seed=head_dim)
+    q, k, _ = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+    wq = make((head_dim,), dtype, seed=1, scale=0.3)
+    wk = make((head_dim,), dtype, seed=2, scale=0.3)
+    q_out, k_out = rvv_ops.fused_qk_gemma_rmsnorm(q, k, wq, wk, EPS, head_dim)
+    assert_matches(q_out, ref_qk_gemma(q, wq, EPS, head_dim))
+    assert_matches(k_out, ref_qk_gemma(k, wk, EPS, head_dim))
+    wq_full = make((q.shape[-1],), dtype, seed=3, scale=0.5) + 1
+    wk_full = make((k.shape[-1],), dtype, seed=4, scale=0.5) + 1
+    q_out, k_out = rvv_ops.fused_qk_rmsnorm(q, k, wq_full, wk_full, EPS)
+    assert_matches(q_out, ref_rms(q, wq_full, EPS))
+    assert_matches(k_out, ref_rms(k, wk_full, EPS))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_layouts_and_threads(dtype: torch.dtype) -> None:
+    base = make((4, 3, 70), dtype, seed=5)
+    w = make((64,), dtype, seed=6, scale=0.3)
+    gate_base = make((4, 3, 70), dtype, seed=7, scale=3.0)
+    cases = {
+        "3-D": (base[..., :64].contiguous(), gate_base[..., :64].contiguous()),
+        "4-D (Gemma 3's [batch, heads, seq, head_dim])": (
+            base[..., :64].reshape(2, 2, 3, 64),
+            gate_base[..., :64].reshape(2, 2, 3, 64),
+        ),
+        "strided rows": (base[..., 3:67], gate_base[..., 5:69]),
+        "1-D": (base[0, 0, :64], gate_base[0, 0, :64]),
+        "transposed leading dims": (
+            base.transpose(0, 1)[..., :64],
+            gate_base.transpose(0, 1)[..., 2:66],
+        ),
+        "0 rows": (base[:0, :, :64], gate_base[:0, :, :64]),
+    }
+    for name, (x, g) in cases.items():
+        assert_matches(rvv_ops.gemma3_rmsnorm(x, w, EPS), ref_gemma3(x, w, EPS))
+        assert_matches(rvv_ops.l2norm(x, EPS), ref_l2norm(x, EPS))
+        out = rvv_ops.fused_rmsnorm_gated(x, w, g, EPS)
+        assert out.shape == x.shape, name
+        assert_matches(out, ref_gated(x, w, g, EPS))
+    # 97 rows x 1536 and a 97-token QK norm: split over threads by at::parallel_for
+    x = make((97, 1536), dtype, seed=8)
+    g = make((97, 1536), dtype, seed=9)
+    w = make((1536,), dtype, seed=10, scale=0.3)
+    wh = make((128,), dtype, seed=11, scale=0.3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        outs = (
+            rvv_ops.gemma3_rmsnorm(x, w, EPS),
+            rvv_ops.fused_rmsnorm_gated(x, w, g, EPS),
+            *rvv_ops.fused_qk_gemma_rmsnorm(x, g[:, :512], wh, wh, EPS, 128),
+        )
+    finally:
+        torch.set_num_threads(threads)
+    assert_matches(outs[0], ref_gemma3(x, w, EPS))
+    assert_matches(outs[1], ref_gated(x, w, g, EPS))
+    assert_matches(outs[2], ref_qk_gemma(x, wh, EPS, 128))
+    assert_matches(outs[3], ref_qk_gemma(g[:, :512], wh, EPS, 128))
+
+
+def test_sglang_call_style() -> None:
+    # layernorm.py Gemma3RMSNorm.forward_cpu: gemma3_rmsnorm_cpu(x, self.weight, self.eps);
+    # Gemma4RMSNorm: gemma4_rmsnorm_cpu(x, weight, eps, scale_shift, with_scale);
+    # muse_spark: l2norm_cpu(x_2d, eps); fla layernorm_gated: fused_rmsnorm_gated_cpu(x, w, z,
+    # eps); qwen3_5: q_by_head, k_by_head = fused_qk_gemma_rmsnorm_cpu(q, k, wq, wk, eps,
+    # head_dim) then .view(q.shape); minimax_m2: fused_qk_rmsnorm_cpu(q, k, wq, wk, eps).
+    bf = torch.bfloat16
+    x = make((2, 48), bf, seed=1)
+    w = make((48,), bf, seed=2, scale=0.3)
+    assert_matches(GEMMA3(x, w, 1e-6), ref_gemma3(x, w, 1e-6))
+    assert_matches(GEMMA4(x, w, 1e-6, 0.0, True), ref_gemma4(x, w, 1e-6, 0.0, True))
+    assert_matches(L2NORM(x, 1e-6), ref_l2norm(x, 1e-6))
+    z = make((2, 48), bf, seed=3)
+    assert_matches(GATED(x, w, z, 1e-6), ref_gated(x, w, z, 1e-6))
+    q, k = make((2, 4 * 12), bf, seed=4), make((2, 2 * 12), bf, seed=5)
+    qn, kn = QK_GEMMA(q, k, w[:12], w[12:24], 1e-6, 12)
+    assert qn.view(q.shape).shape == q.shape and kn.view(k.shape).shape == k.shape
+    assert_matches(qn, ref_qk_gemma(q, w[:12], 1e-6, 12))
+    qn, kn = QK(q, k, w, w[:24], 1e-6)
+    assert_matches(qn, ref_rms(q, w, 1e-6))
+    assert_matches(kn, ref_rms(k, w[:24], 1e-6))
+
+
+def test_extreme_values() -> None:
+    # fp16 values near its range: the fp32 statistics must not overflow; a saturated gate.
+    x = torch.tensor([[60000.0, -60000.0, 1.0, 0.5]], dtype=torch.float16)
+    w = torch.ones(4, dtype=torch.float16)
+    assert_matches(rvv_ops.l2norm(x, EPS), ref_l2norm(x, EPS))
+    g = torch.tensor([[-100.0, 100.0, 0.0, -20.0]], dtype=torch.float16)
+    assert_matches(rvv_ops.fused_rmsnorm_gated(x, w, g, EPS), ref_gated(x, w, g, EPS))
+    zeros = torch.zeros(2, 8)
+    torch.testing.assert_close(rvv_ops.l2norm(zeros, EPS), zeros, rtol=0, atol=0)
+
+
+def _t(*shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    return torch.randn(shape).to(dtype)
+
+
+BF16, F16 = torch.bfloat16, torch.float16
+OPCHECK: dict[str, tuple[Any, ...]] = {
+    "gemma3 bf16 4-D": (GEMMA3, (_t(2, 2, 3, 32, dtype=BF16), _t(32, dtype=BF16), 1e-6)),
+    "gemma3 fp32 strided": (GEMMA3, (_t(5, 80)[:, 8:72], _t(64), 1e-6)),
+    "gemma4 fp16 with scale": (GEMMA4, (_t(3, 40, dtype=F16), _t(40, dtype=F16), 1e-6, 0.5, True)),
+    "gemma4 fp32 no scale": (GEMMA4, (_t(2, 3, 40), _t(40), 1e-6, 1.0, False)),
+    "l2norm bf16": (L2NORM, (_t(4, 64, dtype=BF16), 1e-6)),
+    "l2norm fp32 0 rows": (L2NORM, (_t(0, 64), 1e-6)),
+    "gated fp16": (GATED, (_t(4, 40, dtype=F16), _t(40, dtype=F16), _t(4, 40, dtype=F16), 1e-6)),
+    "qk fp32": (QK, (_t(3, 64), _t(3, 32), _t(64), _t(32), 1e-6)),
+    "qk gemma bf16": (
+        QK_GEMMA,
+        (
+            _t(3, 64, dtype=BF16),
+            _t(3, 32, dtype=BF16),
+            _t(16, dtype=BF16),
+            _t(16, dtype=BF16),
+            1e-6,
+            16,
+        ),
+    ),
+    "qk gemma fp32 slices": (
+        QK_GEMMA,
+        (_t(2, 96)[:, :64], _t(2, 96)[:, 64:], _t(32), _t(32), 1e-6, 32),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", OPCHECK)
+def test_opcheck(name: str) -> None:
+    op, args = OPCHECK[name]
+    torch.library.opcheck(op, args)
+
+
+gemma3 = Cases(GEMMA3, {"x": _t(4, 8), "w": _t(8), "eps": 1e-6})
+gemma4 = Cases(GEMMA4, {"x": _t(4, 8), "w": _t(8), "eps": 1e-6, "shift": 1.0, "scale": True})
+l2 = Cases(L2NORM, {"x": _t(4, 8), "eps": 1e-6})
+gated = Cases(GATED, {"x": _t(4, 8), "w": _t(8), "g": _t(4, 8), "eps": 1e-6})
+qk = Cases(QK, {"q": _t(4, 8), "k": _t(4, 6), "wq": _t(8), "wk": _t(6), "eps": 1e-6})
+qkg = Cases(
+    QK_GEMMA, {"q": _t(4, 8), "k": _t(4, 4), "wq": _t(4), "wk": _t(4), "eps": 1e-6, "hd": 4}
+)
+BAD: dict[str, Bad] = {
+    "gemma3 input float64": gemma3(
+        TypeError,
+        ("gemma3_rmsnorm_cpu", "input", "torch.float64"),
+        x=_t(4, 8, dtype=torch.float64),
+        w=_t(8, dtype=torch.float64),
+    ),
+    "gemma3 weight dtype": gemma3(TypeError, ("weight", "torch.bfloat16"), w=_t(8, dtype=BF16)),
+    "gemma3 weight length": gemma3(ValueError, ("weight", "7", "8"), w=_t(7)),
+    "gemma3 weight 2-D": gemma3(ValueError, ("weight", "2-d"), w=_t(1, 8)),
+    "gemma3 0-d input": gemma3(ValueError, ("input", "0-d"), x=torch.tensor(1.0), w=_t(1)),
+    "gemma3 eps negative": gemma3(ValueError, ("eps", "-1"), eps=-1.0),
+    "gemma3 input last dim strided": gemma3(
+        ValueError, ("input", "last-dimension stride"), fake_too=False, x=_t(4, 16)[:, ::2]
+    ),
+    "gemma3 weight strided": gemma3(
+        ValueError, ("weight", "not contiguous"), fake_too=False, w=_t(16)[::2]
+    ),
+    "gemma4 scale_shift inf": gemma4(
+        ValueError, ("gemma4_rmsnorm_cpu", "scale_shift", "inf"), shift=float("inf")
+    ),
+    "gemma4 weight length unused": gemma4(ValueError, ("weight", "5"), w=_t(5), scale=False),
+    "l2norm input int32": l2(
+        TypeError, ("l2norm_cpu", "input", "torch.int32"), x=_t(4, 8, dtype=torch.int32)
+    ),
+    "l2norm eps nan": l2(ValueError, ("eps", "nan"), eps=float("nan")),
+    "gated gate shape": gated(
+        ValueError, ("fused_rmsnorm_gated_cpu", "gate", "[4, 9]"), g=_t(4, 9)
+    ),
+    "gated gate dtype": gated(TypeError, ("gate", "torch.float16"), g=_t(4, 8, dtype=F16)),
+    "gated gate last dim strided": gated(
+        ValueError, ("gate", "last-dimension stride"), fake_too=False, g=_t(4, 16)[:, ::2]
+    ),
+    "qk k dtype": qk(
+        TypeError, ("fused_qk_rmsnorm_cpu", "k", "torch.bfloat16"), k=_t(4, 6, dtype=BF16)
+    ),
+    "qk rows differ": qk(ValueError, ("q has 4 rows", "k 3"), k=_t(3, 6)),
+    "qk k_weight length": qk(ValueError, ("k_weight", "8", "k.size(-1) = 6"), wk=_t(8)),
+    "qk q_weight dtype": qk(TypeError, ("q_weight", "torch.float16"), wq=_t(8, dtype=F16)),
+    "qk gemma head_dim 0": qkg(ValueError, ("fused_qk_gemma_rmsnorm_cpu", "head_dim", "0"), hd=0),
+    "qk gemma q not multiple": qkg(
+        ValueError, ("q.size(-1) = 8", "head_dim = 3"), hd=3, wq=_t(3), wk=_t(3)
+    ),
+    "qk gemma k not multiple": qkg(ValueError, ("k.size(-1) = 6", "head_dim = 4"), k=_t(4, 6)),
+    "qk gemma weight length": qkg(ValueError, ("q_weight", "8", "head_dim = 4"), wq=_t(8)),
+}
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_bad_input(name: str) -> None:
+    BAD[name].check()
+
+
+def test_devices() -> None:
+    # Mixed devices: the Meta kernel names the CPU argument; reaching the CPU kernel with a
+    # meta tensor takes an explicit redispatch.
+    with pytest.raises(ValueError, match="gate is on device cpu"):
+        GATED(_t(4, 8).to("meta"), _t(8).to("meta"), _t(4, 8), 1e-6)
+    cpu = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+    with pytest.raises(ValueError, match="l2norm_cpu: input is on device meta; expected a CPU"):
+        L2NORM.redispatch(cpu, _t(4, 8).to("meta"), 1e-6)
+    with pytest.raises(ValueError, match="fused_qk_rmsnorm_cpu: k is on device meta"):
+        QK.redispatch(cpu, _t(4, 8), _t(4, 6).to("meta"), _t(8), _t(6), 1e-6)
+
+
+def test_no_autograd() -> None:
+    x = _t(4, 8).requires_grad_()
+    with pytest.raises(RuntimeError, match="gemma3_rmsnorm_cpu"):
+        GEMMA3(x, _t(8), 1e-6).sum().backward()
+    with pytest.raises(RuntimeError, match="fused_qk_rmsnorm_cpu"):
+        QK(x, _t(4, 6), _t(8), _t(6), 1e-6)[0].sum().backward()
