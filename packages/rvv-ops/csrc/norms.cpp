@@ -1,10 +1,13 @@
 // The RMSNorm variants of sgl-kernel's CPU build on rvv-kernels' rmsnorm and rmsnorm_gated
 // kernels: gemma3_rmsnorm_cpu, gemma4_rmsnorm_cpu, l2norm_cpu, fused_rmsnorm_gated_cpu,
 // fused_qk_rmsnorm_cpu (q and k over their full widths) and fused_qk_gemma_rmsnorm_cpu (per
-// head of head_dim). Each returns new contiguous tensors; nothing is written in place.
+// head of head_dim), and the residual ones on fused_add_layernorm / rmsnorm +
+// fused_add_rmsnorm: fused_add_layernorm_cpu (writes residual) and
+// fused_dual_residual_rmsnorm_cpu. Outputs are new contiguous tensors.
 #include <ATen/ops/empty.h>
 
 #include <cmath>
+#include <optional>
 #include <tuple>
 
 #include "common.h"
@@ -205,6 +208,109 @@ std::tuple<at::Tensor, at::Tensor> fused_qk_gemma_rmsnorm_cpu(
   per_head(q_out, q, q_weight);
   per_head(k_out, k, k_weight);
   return {q_out, k_out};
+}
+
+at::Tensor fused_add_layernorm_cpu(bool meta, const at::Tensor& input, at::Tensor& residual,
+                                   const at::Tensor& weight,
+                                   const std::optional<at::Tensor>& bias, double eps) {
+  constexpr const char* kOp = "fused_add_layernorm_cpu";
+  if (!meta) {
+    check_cpu(kOp, "input", input);
+    check_cpu(kOp, "residual", residual);
+    check_cpu(kOp, "weight", weight);
+    if (bias) check_cpu(kOp, "bias", *bias);
+  }
+  const rvvk::DType dtype = kernel_dtype(kOp, "input", input);
+  check_has_rows(kOp, "input", input);
+  check_same_device(kOp, "residual", residual, "input", input);
+  check_same_dtype(kOp, "residual", residual, "input", input);
+  TORCH_CHECK_VALUE(residual.sym_sizes() == input.sym_sizes(), kOp, ": residual has shape ",
+                    residual.sym_sizes(), "; expected input's shape ", input.sym_sizes());
+  check_same_device(kOp, "weight", weight, "input", input);
+  // As layernorm_cpu: parameters in the input's dtype or fp32 (SGLang's LayerNorm default).
+  TORCH_CHECK_TYPE(weight.scalar_type() == input.scalar_type() ||
+                       weight.scalar_type() == at::kFloat,
+                   kOp, ": weight has dtype ", dtype_name(weight.scalar_type()),
+                   "; expected input's dtype ", dtype_name(input.scalar_type()),
+                   " or torch.float32");
+  check_weight_shape(kOp, weight, "input", input);
+  if (bias) {
+    check_same_device(kOp, "bias", *bias, "input", input);
+    check_same_dtype(kOp, "bias", *bias, "weight", weight);
+    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->sym_size(0) == input.sym_size(-1), kOp,
+                      ": bias (", describe(*bias), ") has the wrong shape; expected [",
+                      input.sym_size(-1), "] (input.size(-1)) or None");
+  }
+  check_eps(kOp, eps);
+  at::Tensor out = new_like(meta, input);
+  if (meta) return out;
+  check_last_dim_contiguous(kOp, "input", input);
+  check_last_dim_contiguous(kOp, "residual", residual);
+  check_contiguous(kOp, "weight", weight);
+  if (bias) check_contiguous(kOp, "bias", *bias);
+  // residual is written where it is: it must be walkable as rows with one stride, rows
+  // disjoint, sharing no memory with what is read.
+  const std::int64_t res_stride = require_row_stride(kOp, "residual", residual);
+  check_rows_disjoint(kOp, "residual", residual, res_stride);
+  const Rows in = readable_rows(input);
+  check_no_overlap(kOp, "input", in.t, in.stride, "residual", residual, res_stride);
+  check_no_overlap(kOp, "residual", residual, res_stride, "weight", weight, weight.numel());
+  if (bias) check_no_overlap(kOp, "residual", residual, res_stride, "bias", *bias, bias->numel());
+
+  const std::int64_t rows = num_rows(in.t), cols = in.t.size(-1);
+  if (out.numel() == 0) return out;
+  const rvvk::DType param_dtype =
+      weight.scalar_type() == at::kFloat ? rvvk::DType::kF32 : dtype;
+  const void* bias_ptr = bias ? bias->data_ptr() : nullptr;
+  parallel_rows(rows, cols, [&](std::int64_t begin, std::int64_t end) {
+    rvvk::fused_add_layernorm(dtype, row_ptr(out, cols, begin), cols,
+                              row_ptr(in.t, in.stride, begin), in.stride,
+                              row_ptr(residual, res_stride, begin), res_stride, param_dtype,
+                              weight.data_ptr(), bias_ptr, end - begin, cols,
+                              static_cast<float>(eps));
+  });
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> fused_dual_residual_rmsnorm_cpu(
+    bool meta, const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight1,
+    const at::Tensor& weight2, double eps) {
+  constexpr const char* kOp = "fused_dual_residual_rmsnorm_cpu";
+  if (!meta) {
+    check_cpu(kOp, "x", x);
+    check_cpu(kOp, "residual", residual);
+    check_cpu(kOp, "weight1", weight1);
+    check_cpu(kOp, "weight2", weight2);
+  }
+  const rvvk::DType dtype = kernel_dtype(kOp, "x", x);
+  check_has_rows(kOp, "x", x);
+  check_same_device(kOp, "residual", residual, "x", x);
+  check_same_dtype(kOp, "residual", residual, "x", x);
+  TORCH_CHECK_VALUE(residual.sym_sizes() == x.sym_sizes(), kOp, ": residual has shape ",
+                    residual.sym_sizes(), "; expected x's shape ", x.sym_sizes());
+  check_norm_weight(kOp, "weight1", weight1, "x", x, x.sym_size(-1), "x.size(-1)");
+  check_norm_weight(kOp, "weight2", weight2, "x", x, x.sym_size(-1), "x.size(-1)");
+  check_eps(kOp, eps);
+  at::Tensor out = new_like(meta, x);
+  if (meta) return {out, new_like(true, x)};
+  check_last_dim_contiguous(kOp, "x", x);
+  check_contiguous(kOp, "weight1", weight1);
+  check_contiguous(kOp, "weight2", weight2);
+  // mid starts as a contiguous copy of residual; fused_add_rmsnorm then adds the first
+  // norm (in out) to it and normalises the sum into out.
+  at::Tensor mid = residual.contiguous();
+  if (mid.is_same(residual)) mid = residual.clone(at::MemoryFormat::Contiguous);
+  const Rows in = readable_rows(x);
+  const std::int64_t rows = num_rows(in.t), cols = in.t.size(-1);
+  if (out.numel() == 0) return {out, mid};
+  const float e = static_cast<float>(eps);
+  parallel_rows(rows, cols, [&](std::int64_t begin, std::int64_t end) {
+    rvvk::rmsnorm(dtype, row_ptr(out, cols, begin), cols, row_ptr(in.t, in.stride, begin),
+                  in.stride, weight1.data_ptr(), end - begin, cols, e, 0.0f);
+    rvvk::fused_add_rmsnorm(dtype, row_ptr(out, cols, begin), cols, row_ptr(mid, cols, begin),
+                            cols, weight2.data_ptr(), end - begin, cols, e, 0.0f);
+  });
+  return {out, mid};
 }
 
 }  // namespace rvv_ops

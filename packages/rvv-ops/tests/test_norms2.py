@@ -1,7 +1,8 @@
-"""sgl-kernel's RMSNorm variants (csrc/norms.cpp): gemma3_rmsnorm_cpu, gemma4_rmsnorm_cpu,
-l2norm_cpu, fused_rmsnorm_gated_cpu, fused_qk_rmsnorm_cpu and fused_qk_gemma_rmsnorm_cpu
-against float64 references (SGLang 0.5.23's forward_native formulas), over odd shapes,
-layouts, SGLang's call style, opcheck and bad inputs."""
+"""sgl-kernel's norm variants (csrc/norms.cpp): gemma3_rmsnorm_cpu, gemma4_rmsnorm_cpu,
+l2norm_cpu, fused_rmsnorm_gated_cpu, fused_qk_rmsnorm_cpu, fused_qk_gemma_rmsnorm_cpu,
+fused_add_layernorm_cpu and fused_dual_residual_rmsnorm_cpu against float64 references
+(SGLang 0.5.23's forward_native formulas), over odd shapes, layouts, SGLang's call style,
+opcheck and bad inputs."""
 
 from __future__ import annotations
 
@@ -317,3 +318,184 @@ def test_no_autograd() -> None:
         GEMMA3(x, _t(8), 1e-6).sum().backward()
     with pytest.raises(RuntimeError, match="fused_qk_rmsnorm_cpu"):
         QK(x, _t(4, 6), _t(8), _t(6), 1e-6)[0].sum().backward()
+
+
+ADD_LN = torch.ops.sgl_kernel.fused_add_layernorm_cpu.default
+DUAL = torch.ops.sgl_kernel.fused_dual_residual_rmsnorm_cpu.default
+
+
+def ref_add_layernorm(
+    x: Tensor, r: Tensor, w: Tensor, b: Tensor | None, eps: float
+) -> tuple[Tensor, Tensor]:
+    """(output, new residual): s = x + r in fp32 (exact in float64 for 16-bit inputs),
+    residual = dtype(s), output = LayerNorm of the unrounded s in float64."""
+    s = (x.float() + r.float()).double()
+    mean = s.mean(dim=-1, keepdim=True)
+    var = (s - mean).pow(2).mean(dim=-1, keepdim=True)
+    y = (s - mean) * torch.rsqrt(var + eps) * w.double()
+    if b is not None:
+        y = y + b.double()
+    return y.to(x.dtype), s.to(x.dtype)
+
+
+def ref_dual(x: Tensor, r: Tensor, w1: Tensor, w2: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """(output, mid): h = dtype(rms(x) * w1); s = r + h in fp32; mid = dtype(s),
+    output = dtype(rms(s) * w2)."""
+    h = ref_rms(x, w1, eps)
+    s = (r.float() + h.float()).double()
+    return (rms64(s, eps) * w2.double()).to(x.dtype), s.to(x.dtype)
+
+
+def assert_dual_matches(
+    out: Tensor, mid: Tensor, x: Tensor, r: Tensor, w1: Tensor, w2: Tensor, eps: float
+) -> None:
+    """(out, mid) of fused_dual_residual_rmsnorm_cpu against ref_dual. h = dtype(rms(x) * w1)
+    may round to the neighbour of the reference's h (one ulp of |h|), which shows in
+    mid = dtype(r + h) relative to |r| + |h| when r + h cancels, and in out scaled by
+    rms(s) * |w2|; then each output's own rounding."""
+    expected_out, expected_mid = ref_dual(x, r, w1, w2, eps)
+    rtol, atol = TOLERANCES[x.dtype]
+    h = ref_rms(x, w1, eps)
+    terms = r.double().abs() + h.double().abs()
+    s = (r.float() + h.float()).double()
+    inv = torch.rsqrt(s.pow(2).mean(dim=-1, keepdim=True) + eps) if s.numel() else s
+    for got, want, spread in (
+        (mid, expected_mid, terms),
+        (out, expected_out, terms * inv * w2.double().abs()),
+    ):
+        assert got.shape == want.shape and got.dtype == want.dtype and got.is_contiguous()
+        bound = rtol * (spread + want.double().abs()) + atol
+        excess = (got.double() - want.double()).abs() - bound
+        assert got.numel() == 0 or excess.max().item() <= 0, excess.max().item()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fused_residual_norms(variant: str, dtype: torch.dtype, cols: int) -> None:
+    x = make((3, cols), dtype, seed=cols)
+    r = make((3, cols), dtype, seed=cols + 7)
+    x_before, r_before = x.clone(), r.clone()
+    eps = 1e-5 if cols > 1 else 0.5
+    for i, param_dtype in enumerate(dict.fromkeys((torch.float32, dtype))):
+        w = make((cols,), param_dtype, seed=cols + 1, scale=0.5)
+        b = make((cols,), param_dtype, seed=cols + 2, scale=0.5) if i == 0 else None
+        expected, expected_r = ref_add_layernorm(x, r_before, w, b, eps)
+        r = r_before.clone()
+        assert_matches(rvv_ops.fused_add_layernorm(x, r, w, b, eps), expected)
+        torch.testing.assert_close(r, expected_r, rtol=0, atol=0)  # one fp32 add: exact
+    w1 = make((cols,), dtype, seed=cols + 3, scale=0.5)
+    w2 = make((cols,), dtype, seed=cols + 4, scale=0.5)
+    out, mid = rvv_ops.fused_dual_residual_rmsnorm(x, r_before, w1, w2, EPS)
+    assert_dual_matches(out, mid, x, r_before, w1, w2, EPS)
+    torch.testing.assert_close(x, x_before, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fused_residual_layouts(dtype: torch.dtype) -> None:
+    base = make((4, 3, 70), dtype, seed=5)
+    rbase = make((4, 3, 70), dtype, seed=6)
+    w = make((64,), dtype, seed=7, scale=0.5)
+    cases = {
+        "3-D": (base[..., :64].contiguous(), rbase[..., :64].contiguous()),
+        "strided rows": (base[..., 3:67], rbase[..., 2:66]),
+        "1-D": (base[0, 0, :64], rbase[0, 0, :64].clone()),
+        "transposed input": (
+            base.transpose(0, 1)[..., :64],
+            rbase.transpose(0, 1)[..., :64].contiguous(),
+        ),
+        "0 rows": (base[:0, :, :64], rbase[:0, :, :64]),
+    }
+    for name, (x, r) in cases.items():
+        r0 = r.clone()
+        expected, expected_r = ref_add_layernorm(x, r0, w, None, 1e-5)
+        out = rvv_ops.fused_add_layernorm(x, r, w, None, 1e-5)
+        assert out.shape == x.shape, name
+        assert_matches(out, expected)
+        torch.testing.assert_close(r, expected_r, rtol=0, atol=0)
+        out, mid = rvv_ops.fused_dual_residual_rmsnorm(x, r0, w, w, EPS)
+        assert_dual_matches(out, mid, x, r0, w, w, EPS)
+
+
+def test_fused_residual_call_style() -> None:
+    # grok.py: hidden_states, residual = fused_dual_residual_rmsnorm(hidden_states, residual,
+    # w1, w2, eps); the residual passed in is not written.
+    x, r = make((5, 40), torch.bfloat16, seed=1), make((5, 40), torch.bfloat16, seed=2)
+    w1, w2 = make((40,), torch.bfloat16, seed=3), make((40,), torch.bfloat16, seed=4)
+    versions = (x._version, r._version)
+    out, mid = DUAL(x, r, w1, w2, 1e-6)
+    assert (x._version, r._version) == versions and mid.data_ptr() != r.data_ptr()
+    assert_dual_matches(out, mid, x, r, w1, w2, 1e-6)
+    # fused_add_layernorm_cpu writes residual (schema Tensor(a!) residual): version bump.
+    before = r._version
+    ADD_LN(x, r, torch.ones(40), None, 1e-5)
+    assert r._version > before
+
+
+OPCHECK2: dict[str, tuple[Any, ...]] = {
+    "add layernorm bf16 fp32 params": (
+        ADD_LN,
+        (_t(4, 64, dtype=BF16), _t(4, 64, dtype=BF16), _t(64), _t(64), 1e-5),
+    ),
+    "add layernorm fp16 no bias 3-D": (
+        ADD_LN,
+        (_t(2, 3, 40, dtype=F16), _t(2, 3, 40, dtype=F16), _t(40, dtype=F16), None, 1e-5),
+    ),
+    "add layernorm fp32 0 rows": (ADD_LN, (_t(0, 64), _t(0, 64), _t(64), None, 1e-5)),
+    "dual fp32": (DUAL, (_t(3, 48), _t(3, 48), _t(48), _t(48), 1e-6)),
+    "dual bf16 strided": (
+        DUAL,
+        (
+            _t(3, 80, dtype=BF16)[:, 8:72],
+            _t(3, 64, dtype=BF16),
+            _t(64, dtype=BF16),
+            _t(64, dtype=BF16),
+            1e-6,
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", OPCHECK2)
+def test_opcheck_fused_residual(name: str) -> None:
+    op, args = OPCHECK2[name]
+    torch.library.opcheck(op, args)
+
+
+add_ln = Cases(ADD_LN, {"x": _t(4, 8), "r": _t(4, 8), "w": _t(8), "b": None, "eps": 1e-5})
+dual = Cases(DUAL, {"x": _t(4, 8), "r": _t(4, 8), "w1": _t(8), "w2": _t(8), "eps": 1e-6})
+_R = _t(4, 8)
+BAD2: dict[str, Bad] = {
+    "add ln residual shape": add_ln(
+        ValueError, ("fused_add_layernorm_cpu", "residual", "[4, 9]"), r=_t(4, 9)
+    ),
+    "add ln residual dtype": add_ln(
+        TypeError, ("residual", "torch.bfloat16"), r=_t(4, 8, dtype=BF16)
+    ),
+    "add ln weight dtype": add_ln(
+        TypeError,
+        ("weight", "torch.float16", "torch.bfloat16 or torch.float32"),
+        x=_t(4, 8, dtype=BF16),
+        r=_t(4, 8, dtype=BF16),
+        w=_t(8, dtype=F16),
+    ),
+    "add ln bias shape": add_ln(ValueError, ("bias", "[2, 8]", "[8]"), b=_t(2, 8)),
+    "add ln eps inf": add_ln(ValueError, ("eps", "inf"), eps=float("inf")),
+    "add ln input is residual": add_ln(
+        ValueError, ("input", "residual", "share memory"), fake_too=False, x=_R, r=_R
+    ),
+    "add ln residual rows overlap": add_ln(
+        ValueError, ("residual",), fake_too=False, r=_t(8).expand(4, 8)
+    ),
+    "dual x float64": dual(
+        TypeError,
+        ("fused_dual_residual_rmsnorm_cpu", "x", "torch.float64"),
+        x=_t(4, 8, dtype=torch.float64),
+    ),
+    "dual residual shape": dual(ValueError, ("residual", "[3, 8]"), r=_t(3, 8)),
+    "dual weight2 length": dual(ValueError, ("weight2", "9", "x.size(-1) = 8"), w2=_t(9)),
+    "dual weight1 dtype": dual(TypeError, ("weight1", "torch.float16"), w1=_t(8, dtype=F16)),
+}
+
+
+@pytest.mark.parametrize("name", BAD2)
+def test_bad_input_fused_residual(name: str) -> None:
+    BAD2[name].check()

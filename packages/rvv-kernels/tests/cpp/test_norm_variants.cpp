@@ -1,10 +1,11 @@
-// The norm variants behind rvv-ops' Gemma 3 / Gemma 4 / l2 / gated / per-head QK norms:
-// rmsnorm without a weight (weight == nullptr), with a non-unit weight offset, and
-// rmsnorm_gated, against double-precision references over every vector tail, strided rows,
+// The norm variants behind rvv-ops' Gemma 3 / Gemma 4 / l2 / gated / per-head QK norms and
+// fused add + LayerNorm: rmsnorm without a weight (weight == nullptr), with a non-unit weight
+// offset, rmsnorm_gated and fused_add_layernorm, against double-precision references over every vector tail, strided rows,
 // length-1 and empty rows, every dtype.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "harness.h"
@@ -183,6 +184,81 @@ RVVK_TEST(rmsnorm_gated_in_place) {
       const double want = ref::round_to(dt, term * gj / (1.0 + std::exp(-gj)));
       CHECK_MSG(close(dt, x.get(j), want, std::fabs(term) + 1e-3, 1e-5),
                 "%s [%lld]: got %.9g want %.9g", ref::name(dt), (long long)j, x.get(j), want);
+    }
+  }
+}
+
+RVVK_TEST(fused_add_layernorm_matches_reference) {
+  // s = x + r in fp32: r = dtype(s) exactly; out = layernorm of the unrounded sum.
+  ref::Rng rng(44);
+  const std::pair<DType, DType> types[] = {{DType::kF32, DType::kF32},
+                                           {DType::kBF16, DType::kF32},
+                                           {DType::kBF16, DType::kBF16},
+                                           {DType::kF16, DType::kF32},
+                                           {DType::kF16, DType::kF16}};
+  int n = 0;
+  for (const auto& [dt, pdt] : types) {
+    for (const Layout& c : layouts(ctx.vlen_bits)) {
+      const bool with_bias = (n++ % 2) == 0;
+      const std::size_t rows = rows_of(c);
+      const std::int64_t in_stride = std::max<std::int64_t>(c.in_stride, 1);
+      const std::int64_t res_stride = std::max<std::int64_t>(c.gate_stride, 1);
+      const std::int64_t out_stride = std::max<std::int64_t>(c.out_stride, 1);
+      ref::Buffer in(dt, rows * in_stride), res(dt, rows * res_stride);
+      ref::Buffer out(dt, rows * out_stride);
+      const std::size_t cols = static_cast<std::size_t>(std::max<std::int64_t>(c.cols, 1));
+      ref::Buffer w(pdt, cols), b(pdt, cols);
+      fill(in, rng, -2.5, 3.5);  // a non-zero mean
+      fill(res, rng, -1.0, 2.0);
+      fill(w, rng, 0.5, 1.5);
+      fill(b, rng, -0.5, 0.5);
+      rvvk_test::fill_sentinel(out);
+      for (std::int64_t r = 0; r < c.rows; ++r)
+        for (std::int64_t j = c.cols; j < res_stride; ++j)
+          res.set(static_cast<std::size_t>(r * res_stride + j), rvvk_test::kSentinel);
+      const ref::Buffer res0 = res;
+      const float eps = c.cols % 2 ? 1e-5f : 0.5f;
+      rvvk::fused_add_layernorm(dt, out.data(), c.out_stride, in.data(), c.in_stride, res.data(),
+                                c.gate_stride, pdt, w.data(), with_bias ? b.data() : nullptr,
+                                c.rows, c.cols, eps);
+      if (c.cols == 0) {
+        CHECK_MSG(out.get(0) == rvvk_test::kSentinel && res.get(0) == res0.get(0),
+                  "%s: empty rows wrote", ref::name(dt));
+        continue;
+      }
+      for (std::int64_t r = 0; r < c.rows; ++r) {
+        std::vector<double> s(static_cast<std::size_t>(c.cols));
+        double mean = 0, var = 0;
+        for (std::int64_t j = 0; j < c.cols; ++j) {
+          const float sj = static_cast<float>(in.get(r * c.in_stride + j)) +
+                           static_cast<float>(res0.get(r * res_stride + j));
+          s[static_cast<std::size_t>(j)] = sj;
+          mean += sj;
+        }
+        mean /= c.cols;
+        for (const double v : s) var += (v - mean) * (v - mean);
+        var /= c.cols;
+        const double rstd = 1.0 / std::sqrt(var + eps);
+        rvvk_test::check_gap(ctx, dt, r, c.cols, out_stride, {&out});
+        rvvk_test::check_gap(ctx, dt, r, c.cols, res_stride, {&res});
+        for (std::int64_t j = 0; j < c.cols; ++j) {
+          const std::size_t jj = static_cast<std::size_t>(j);
+          const double got_r = res.get(r * res_stride + j);
+          CHECK_MSG(got_r == ref::round_to(dt, s[jj]),
+                    "%s cols=%lld [%lld,%lld]: residual %.9g want %.9g", ref::name(dt),
+                    (long long)c.cols, (long long)r, (long long)j, got_r,
+                    ref::round_to(dt, s[jj]));
+          const double term = (s[jj] - mean) * rstd * w.get(jj);
+          const double bias = with_bias ? b.get(jj) : 0.0;
+          const double want = ref::round_to(dt, term + bias);
+          const double scale = (std::fabs(s[jj]) + std::fabs(mean)) * rstd * std::fabs(w.get(jj));
+          const double got = out.get(r * c.out_stride + j);
+          CHECK_MSG(close(dt, got, want, scale + std::fabs(bias), 2e-6),
+                    "%s params %s bias=%d rows=%lld cols=%lld [%lld,%lld]: got %.9g want %.9g",
+                    ref::name(dt), ref::name(pdt), with_bias, (long long)c.rows,
+                    (long long)c.cols, (long long)r, (long long)j, got, want);
+        }
+      }
     }
   }
 }

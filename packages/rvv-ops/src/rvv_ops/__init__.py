@@ -11,8 +11,9 @@ Importing this package loads ``rvv_ops/_C.so``, which registers
   ``extend_attention_int8_cpu`` for INT8 caches with per-token scales
 - model-layer ops: ``gemma_rmsnorm_cpu``, ``gemma_fused_add_rmsnorm_cpu`` (see
   ``rvv_ops.rmsnorm``), ``gemma3_rmsnorm_cpu``, ``gemma4_rmsnorm_cpu``, ``l2norm_cpu``,
-  ``fused_rmsnorm_gated_cpu``, ``fused_qk_rmsnorm_cpu``, ``fused_qk_gemma_rmsnorm_cpu``
-  (``rvv_ops.norms``), ``layernorm_cpu`` (``rvv_ops.layernorm``), ``silu_and_mul_cpu``,
+  ``fused_rmsnorm_gated_cpu``, ``fused_qk_rmsnorm_cpu``, ``fused_qk_gemma_rmsnorm_cpu``,
+  ``fused_add_layernorm_cpu``, ``fused_dual_residual_rmsnorm_cpu`` (``rvv_ops.norms``),
+  ``layernorm_cpu`` (``rvv_ops.layernorm``), ``silu_and_mul_cpu``,
   ``gelu_and_mul_cpu``, ``gelu_tanh_and_mul_cpu`` (``rvv_ops.activation``),
   ``rotary_embedding_cpu`` (``rvv_ops.rotary``)
 - linear layers (see ``rvv_ops.linear``): ``convert_weight_packed``,
@@ -73,6 +74,8 @@ from rvv_ops.moe_routing import (
     topk_softmax,
 )
 from rvv_ops.norms import (
+    fused_add_layernorm,
+    fused_dual_residual_rmsnorm,
     fused_qk_gemma_rmsnorm,
     fused_qk_rmsnorm,
     fused_rmsnorm_gated,
@@ -99,7 +102,9 @@ __all__ = [
     "extend_attention",
     "extend_attention_int8",
     "fp8_scaled_mm",
+    "fused_add_layernorm",
     "fused_add_rmsnorm",
+    "fused_dual_residual_rmsnorm",
     "fused_experts",
     "fused_moe_router",
     "fused_qk_gemma_rmsnorm",

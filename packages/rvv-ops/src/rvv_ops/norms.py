@@ -2,12 +2,13 @@
 arguments SGLang 0.5.23's CPU code calls: ``gemma3_rmsnorm_cpu`` (``Gemma3RMSNorm``),
 ``gemma4_rmsnorm_cpu`` (``Gemma4RMSNorm``), ``l2norm_cpu`` (MuseSpark's weightless norm),
 ``fused_rmsnorm_gated_cpu`` (the gated norms of the linear-attention layers),
-``fused_qk_rmsnorm_cpu`` (MiniMax-M2's QK norm) and ``fused_qk_gemma_rmsnorm_cpu``
-(Qwen3.5's per-head QK norm).
+``fused_qk_rmsnorm_cpu`` (MiniMax-M2's QK norm), ``fused_qk_gemma_rmsnorm_cpu``
+(Qwen3.5's per-head QK norm), ``fused_add_layernorm_cpu`` and
+``fused_dual_residual_rmsnorm_cpu`` (Grok).
 
 All compute in fp32 and return new contiguous tensors in the input's dtype; weights have
-the input's dtype. A wrong dtype raises TypeError, any other bad argument ValueError,
-naming the op, the argument, its value and what was expected.
+the input's dtype (LayerNorm's may also be fp32). A wrong dtype raises TypeError, any other
+bad argument ValueError, naming the op, the argument, its value and what was expected.
 """
 
 from __future__ import annotations
@@ -101,3 +102,39 @@ def fused_qk_gemma_rmsnorm(
         q, k, q_weight, k_weight, eps, head_dim
     )
     return q_out, k_out
+
+
+def fused_add_layernorm(
+    input: Tensor, residual: Tensor, weight: Tensor, bias: Tensor | None, eps: float = 1e-5
+) -> Tensor:
+    """Residual add then LayerNorm: with ``s = input + residual`` in fp32, ``residual =
+    dtype(s)`` (in place) and returns ``dtype((s - mean) / sqrt(var + eps) * weight + bias)``,
+    the statistics of the unrounded sum (as sgl-kernel's fp32 row buffer).
+
+    Calls ``torch.ops.sgl_kernel.fused_add_layernorm_cpu``. ``input``: fp32, bf16 or fp16,
+    last dimension contiguous; ``residual``: ``input``'s shape and dtype, walkable as rows
+    with one stride, sharing no memory with the other arguments; ``weight`` and ``bias``
+    (optional) 1-D, ``input.shape[-1]`` elements, in ``input``'s dtype or fp32 (both the
+    same).
+    """
+    out: Tensor = torch.ops.sgl_kernel.fused_add_layernorm_cpu.default(
+        input, residual, weight, bias, eps
+    )
+    return out
+
+
+def fused_dual_residual_rmsnorm(
+    x: Tensor, residual: Tensor, weight1: Tensor, weight2: Tensor, eps: float = 1e-6
+) -> tuple[Tensor, Tensor]:
+    """Grok's dual-residual RMSNorm: ``h = dtype(rms(x) * weight1)``; with ``s = residual +
+    h`` in fp32, ``mid = dtype(s)`` and ``output = dtype(rms(s) * weight2)``; returns
+    ``(output, mid)`` as new tensors (``residual`` is not written).
+
+    Calls ``torch.ops.sgl_kernel.fused_dual_residual_rmsnorm_cpu``. ``x`` and ``residual``:
+    one shape and dtype (fp32, bf16, fp16), ``x``'s last dimension contiguous; the weights
+    1-D with ``x.shape[-1]`` elements in that dtype.
+    """
+    out, mid = torch.ops.sgl_kernel.fused_dual_residual_rmsnorm_cpu.default(
+        x, residual, weight1, weight2, eps
+    )
+    return out, mid
