@@ -3,12 +3,15 @@
 // fused_qk_rmsnorm_cpu (q and k over their full widths) and fused_qk_gemma_rmsnorm_cpu (per
 // head of head_dim), and the residual ones on fused_add_layernorm / rmsnorm +
 // fused_add_rmsnorm: fused_add_layernorm_cpu (writes residual) and
-// fused_dual_residual_rmsnorm_cpu. Outputs are new contiguous tensors.
+// fused_dual_residual_rmsnorm_cpu; and fused_qk_norm_rope_cpu (per-head RMSNorm then RoPE of
+// q and k, in place) on rmsnorm + rotary_embedding. Outputs are new contiguous tensors.
 #include <ATen/ops/empty.h>
 
 #include <cmath>
 #include <optional>
+#include <algorithm>
 #include <tuple>
+#include <utility>
 
 #include "common.h"
 #include "ops.h"
@@ -311,6 +314,121 @@ std::tuple<at::Tensor, at::Tensor> fused_dual_residual_rmsnorm_cpu(
                             cols, weight2.data_ptr(), end - begin, cols, e, 0.0f);
   });
   return {out, mid};
+}
+
+void fused_qk_norm_rope_cpu(bool meta, at::Tensor& q, at::Tensor& k, const at::Tensor& q_weight,
+                            const at::Tensor& k_weight, double eps, bool is_neox,
+                            const at::Tensor& positions, const at::Tensor& cos_sin_cache,
+                            std::int64_t rotary_dim) {
+  constexpr const char* kOp = "fused_qk_norm_rope_cpu";
+  const rvvk::DType dtype = check_qk(meta, kOp, q, k, q_weight, k_weight);
+  if (!meta) {
+    check_cpu(kOp, "positions", positions);
+    check_cpu(kOp, "cos_sin_cache", cos_sin_cache);
+  }
+  TORCH_CHECK_VALUE(q_weight.dim() == 1, kOp, ": q_weight is ", q_weight.dim(), "-d (",
+                    describe(q_weight), "); expected a 1-D tensor of head_dim elements");
+  const c10::SymInt head_dim = q_weight.sym_size(0);
+  TORCH_CHECK_VALUE(head_dim > 0, kOp, ": q_weight is empty; expected head_dim > 0 elements");
+  check_norm_weight(kOp, "k_weight", k_weight, "k", k, head_dim, "q_weight.size(0) (head_dim)");
+  check_same_device(kOp, "q_weight", q_weight, "q", q);
+  check_same_dtype(kOp, "q_weight", q_weight, "q", q);
+  TORCH_CHECK_VALUE(q.sym_size(-1) % head_dim == 0, kOp, ": q.size(-1) = ", q.sym_size(-1),
+                    " is not a multiple of head_dim = ", head_dim,
+                    " (q_weight.size(0)); expected q [tokens, num_heads * head_dim]");
+  TORCH_CHECK_VALUE(k.sym_size(-1) % head_dim == 0, kOp, ": k.size(-1) = ", k.sym_size(-1),
+                    " is not a multiple of head_dim = ", head_dim,
+                    " (q_weight.size(0)); expected k [tokens, num_kv_heads * head_dim]");
+  check_eps(kOp, eps);
+  check_same_device(kOp, "positions", positions, "q", q);
+  check_same_device(kOp, "cos_sin_cache", cos_sin_cache, "q", q);
+  TORCH_CHECK_TYPE(positions.scalar_type() == at::kLong || positions.scalar_type() == at::kInt,
+                   kOp, ": positions has dtype ", dtype_name(positions.scalar_type()),
+                   "; expected torch.int64 or torch.int32");
+  c10::SymInt tokens = 1;
+  for (std::int64_t d = 0; d + 1 < q.dim(); ++d) tokens *= q.sym_size(d);
+  TORCH_CHECK_VALUE(positions.dim() == 1 && positions.sym_size(0) == tokens, kOp,
+                    ": positions (", describe(positions), ") has the wrong shape; expected [",
+                    tokens, "] (one position per row of q)");
+  TORCH_CHECK_TYPE(cos_sin_cache.scalar_type() == at::kFloat ||
+                       cos_sin_cache.scalar_type() == q.scalar_type(),
+                   kOp, ": cos_sin_cache has dtype ", dtype_name(cos_sin_cache.scalar_type()),
+                   "; expected torch.float32 or q's dtype ", dtype_name(q.scalar_type()));
+  TORCH_CHECK_VALUE(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= head_dim, kOp,
+                    ": rotary_dim is ", rotary_dim, "; expected an even number in [2, head_dim = ",
+                    head_dim, "]");
+  TORCH_CHECK_VALUE(cos_sin_cache.dim() == 2 && cos_sin_cache.sym_size(1) == rotary_dim, kOp,
+                    ": cos_sin_cache (", describe(cos_sin_cache),
+                    ") has the wrong shape; expected [max_position, rotary_dim = ", rotary_dim,
+                    "] (cos then sin)");
+  if (meta) return;
+  check_last_dim_contiguous(kOp, "q", q);
+  check_last_dim_contiguous(kOp, "k", k);
+  check_contiguous(kOp, "q_weight", q_weight);
+  check_contiguous(kOp, "k_weight", k_weight);
+  TORCH_CHECK_VALUE(cos_sin_cache.stride(1) == 1, kOp, ": cos_sin_cache (",
+                    describe(cos_sin_cache), ") has a last-dimension stride of ",
+                    cos_sin_cache.stride(1), "; expected 1 (call .contiguous() first)");
+  // q and k are written where they are (column slices of SGLang's qkv): one row stride each,
+  // rows disjoint, no memory shared with each other or with what is read.
+  const std::int64_t q_stride = require_row_stride(kOp, "q", q);
+  const std::int64_t k_stride = require_row_stride(kOp, "k", k);
+  check_rows_disjoint(kOp, "q", q, q_stride);
+  check_rows_disjoint(kOp, "k", k, k_stride);
+  check_no_overlap(kOp, "q", q, q_stride, "k", k, k_stride);
+  for (const auto& [arg, t] : {std::pair<const char*, const at::Tensor*>{"q_weight", &q_weight},
+                               {"k_weight", &k_weight},
+                               {"cos_sin_cache", &cos_sin_cache},
+                               {"positions", &positions}}) {
+    if (!t->is_contiguous() || t->numel() == 0) continue;
+    check_no_overlap(kOp, "q", q, q_stride, arg, *t, t->numel());
+    check_no_overlap(kOp, "k", k, k_stride, arg, *t, t->numel());
+  }
+  const std::int64_t n = num_rows(q), hd = q_weight.size(0);
+  const at::Tensor pos = positions.to(at::kLong).contiguous();
+  const std::int64_t* p = pos.data_ptr<std::int64_t>();
+  const std::int64_t max_pos = cos_sin_cache.size(0);
+  for (std::int64_t t = 0; t < n; ++t) {
+    TORCH_CHECK_VALUE(p[t] >= 0 && p[t] < max_pos, kOp, ": positions[", t, "] is ", p[t],
+                      "; expected 0 <= position < cos_sin_cache.size(0) = ", max_pos);
+  }
+  if (q.numel() == 0 && k.numel() == 0) return;
+
+  rvvk::RotaryArgs base;
+  base.head_size = hd;
+  base.rotary_dim = rotary_dim;
+  base.neox = is_neox;
+  base.dtype = dtype;
+  base.cache_dtype = cos_sin_cache.scalar_type() == at::kFloat ? rvvk::DType::kF32 : dtype;
+  base.cos_sin_cache = cos_sin_cache.data_ptr();
+  base.cache_stride = cos_sin_cache.stride(0);
+  base.positions = p;
+  // In place: out == x with the same strides (the rotary kernel allows it).
+  const auto args_for = [&](const at::Tensor& x, std::int64_t stride) {
+    rvvk::RotaryArgs a = base;
+    a.heads = x.size(-1) / hd;
+    a.x = x.data_ptr();
+    a.out = x.data_ptr();
+    a.x_stride_t = a.out_stride_t = stride;
+    a.x_stride_h = a.out_stride_h = hd;
+    return a;
+  };
+  const rvvk::RotaryArgs qa = args_for(q, q_stride);
+  const rvvk::RotaryArgs ka = args_for(k, k_stride);
+  const float e = static_cast<float>(eps);
+  // Per token: RMSNorm of each head in place (rows of head_dim, head_dim apart), then RoPE
+  // of the normalised heads, while the token is in cache.
+  const std::int64_t per_token = std::max<std::int64_t>(q.size(-1) + k.size(-1), 1);
+  parallel_rows(n, per_token, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t t = begin; t < end; ++t) {
+      void* qt = row_ptr(q, q_stride, t);
+      void* kt = row_ptr(k, k_stride, t);
+      rvvk::rmsnorm(dtype, qt, hd, qt, hd, q_weight.data_ptr(), qa.heads, hd, e, 0.0f);
+      rvvk::rmsnorm(dtype, kt, hd, kt, hd, k_weight.data_ptr(), ka.heads, hd, e, 0.0f);
+    }
+    rvvk::rotary_embedding(qa, begin, end);
+    rvvk::rotary_embedding(ka, begin, end);
+  });
 }
 
 }  // namespace rvv_ops

@@ -499,3 +499,200 @@ BAD2: dict[str, Bad] = {
 @pytest.mark.parametrize("name", BAD2)
 def test_bad_input_fused_residual(name: str) -> None:
     BAD2[name].check()
+
+
+QK_ROPE = torch.ops.sgl_kernel.fused_qk_norm_rope_cpu.default
+
+
+def ref_qk_norm_rope(
+    x: Tensor,
+    w: Tensor,
+    eps: float,
+    is_neox: bool,
+    positions: Tensor,
+    cache: Tensor,
+    rotary_dim: int,
+) -> tuple[Tensor, Tensor]:
+    """(result, spread): h = dtype(rms(head) * w) per head (Qwen3's RMSNorm, stored), then
+    RoPE of h's first rotary_dim elements in float64, rounded once; spread: the magnitude of
+    the rotation's terms (|h1 cos| + |h2 sin|), against which an ulp of h counts."""
+    head_dim = w.shape[0]
+    tokens = x.shape[0]
+    heads = x.shape[-1] // head_dim
+    h = ref_rms(x.reshape(tokens, heads, head_dim), w, eps).double()
+    out, spread = h.clone(), h.abs()
+    cs = cache.double()[positions.long()]  # [tokens, rotary_dim]
+    half = rotary_dim // 2
+    cos, sin = cs[:, None, :half], cs[:, None, half:]
+    if is_neox:
+        i1, i2 = torch.arange(half), torch.arange(half) + half
+    else:
+        i1, i2 = torch.arange(half) * 2, torch.arange(half) * 2 + 1
+    x1, x2 = h[..., i1], h[..., i2]
+    out[..., i1] = x1 * cos - x2 * sin
+    out[..., i2] = x2 * cos + x1 * sin
+    spread[..., i1] = (x1 * cos).abs() + (x2 * sin).abs()
+    spread[..., i2] = (x2 * cos).abs() + (x1 * sin).abs()
+    return out.reshape(x.shape).to(x.dtype), spread.reshape(x.shape)
+
+
+def assert_rope_matches(got: Tensor, want: Tensor, spread: Tensor) -> None:
+    """Within one ulp of the dtype of the terms (the stored norm may round to the neighbour
+    of the reference's) plus the result's own rounding."""
+    assert got.shape == want.shape and got.dtype == want.dtype
+    rtol, atol = TOLERANCES[want.dtype]
+    bound = rtol * (spread + want.double().abs()) + atol
+    excess = (got.double() - want.double()).abs() - bound
+    assert got.numel() == 0 or excess.max().item() <= 0, excess.max().item()
+
+
+def make_cache(max_pos: int, rotary_dim: int, dtype: torch.dtype) -> Tensor:
+    """SGLang's cos_sin_cache: [max_pos, rotary_dim], cos then sin of pos * inv_freq."""
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim))
+    freqs = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    return torch.cat([freqs.cos(), freqs.sin()], dim=-1).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize(
+    ("tokens", "heads", "kv_heads", "head_dim", "rotary_dim"),
+    [
+        (1, 1, 1, 2, 2),
+        (3, 4, 2, 64, 64),
+        (5, 2, 1, 130, 64),
+        (0, 2, 1, 16, 16),
+        (9, 8, 4, 128, 128),
+    ],
+)
+def test_qk_norm_rope(
+    dtype: torch.dtype,
+    is_neox: bool,
+    tokens: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    rotary_dim: int,
+) -> None:
+    # As Qwen3-MoE passes them: q and k column slices of qkv, written in place; v untouched.
+    qkv = make((tokens, (heads + 2 * kv_heads) * head_dim), dtype, seed=head_dim + tokens)
+    qkv_before = qkv.clone()
+    q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+    wq = make((head_dim,), dtype, seed=1, scale=0.3) + 1
+    wk = make((head_dim,), dtype, seed=2, scale=0.3) + 1
+    positions = torch.randint(0, 50, (tokens,), generator=torch.Generator().manual_seed(3))
+    for cache_dtype in dict.fromkeys((dtype, torch.float32)):
+        q.copy_(qkv_before[:, : q.shape[1]])
+        k.copy_(qkv_before[:, q.shape[1] : q.shape[1] + k.shape[1]])
+        q0, k0 = q.clone(), k.clone()
+        cache = make_cache(50, rotary_dim, cache_dtype)
+        rvv_ops.fused_qk_norm_rope(q, k, wq, wk, EPS, is_neox, positions, cache, rotary_dim)
+        assert_rope_matches(
+            q, *ref_qk_norm_rope(q0, wq, EPS, is_neox, positions, cache, rotary_dim)
+        )
+        assert_rope_matches(
+            k, *ref_qk_norm_rope(k0, wk, EPS, is_neox, positions, cache, rotary_dim)
+        )
+        torch.testing.assert_close(v, qkv_before[:, q.shape[1] + k.shape[1] :], rtol=0, atol=0)
+
+
+def test_qk_norm_rope_call_style_and_threads() -> None:
+    # qwen3_moe.py: torch.ops.sgl_kernel.fused_qk_norm_rope_cpu(q, k, q_norm.weight,
+    # k_norm.weight, eps, is_neox_style, positions.view(-1), cos_sin_cache, rotary_dim), the
+    # result unused (in place); int32 positions; 97 tokens split over threads.
+    bf = torch.bfloat16
+    qkv = make((97, 16 * 64), bf, seed=4)
+    q, k, _ = qkv.split([8 * 64, 4 * 64, 4 * 64], dim=-1)
+    q0, k0 = q.clone(), k.clone()
+    w = make((64,), bf, seed=5, scale=0.2) + 1
+    positions = torch.arange(97, dtype=torch.int32)
+    cache = make_cache(128, 32, bf)  # partial rotary: the rest of each head is only normed
+    versions = (q._version, k._version)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        assert QK_ROPE(q, k, w, w, 1e-6, True, positions, cache, 32) is None
+    finally:
+        torch.set_num_threads(threads)
+    assert q._version > versions[0] and k._version > versions[1]
+    assert_rope_matches(q, *ref_qk_norm_rope(q0, w, 1e-6, True, positions, cache, 32))
+    assert_rope_matches(k, *ref_qk_norm_rope(k0, w, 1e-6, True, positions, cache, 32))
+
+
+def test_opcheck_qk_norm_rope() -> None:
+    qkv = _t(3, 8 * 16, dtype=BF16)
+    q, k = qkv[:, :64], qkv[:, 64:96]
+    pos = torch.tensor([0, 5, 2])
+    torch.library.opcheck(
+        QK_ROPE,
+        (
+            q,
+            k,
+            _t(16, dtype=BF16),
+            _t(16, dtype=BF16),
+            1e-6,
+            False,
+            pos,
+            make_cache(8, 16, torch.float32),
+            16,
+        ),
+    )
+
+
+def _rope_defaults() -> dict[str, Any]:
+    return {
+        "q": _t(3, 32),
+        "k": _t(3, 16),
+        "wq": _t(16),
+        "wk": _t(16),
+        "eps": 1e-6,
+        "neox": True,
+        "pos": torch.tensor([0, 1, 2]),
+        "cache": make_cache(4, 8, torch.float32),
+        "rd": 8,
+    }
+
+
+rope = Cases(QK_ROPE, _rope_defaults())
+_QK = _t(3, 48)
+BAD3: dict[str, Bad] = {
+    "rope q dtype": rope(
+        TypeError,
+        ("fused_qk_norm_rope_cpu", "q", "torch.float64"),
+        q=_t(3, 32, dtype=torch.float64),
+    ),
+    "rope k rows": rope(ValueError, ("q has 3 rows", "k 2"), k=_t(2, 16)),
+    "rope k_weight length": rope(ValueError, ("k_weight", "8", "head_dim"), wk=_t(8)),
+    "rope q not multiple": rope(ValueError, ("q.size(-1) = 24", "head_dim = 16"), q=_t(3, 24)),
+    "rope positions dtype": rope(
+        TypeError, ("positions", "torch.float32", "torch.int64"), pos=torch.zeros(3)
+    ),
+    "rope positions length": rope(ValueError, ("positions", "[3]"), pos=torch.tensor([0, 1])),
+    "rope rotary_dim odd": rope(ValueError, ("rotary_dim", "7", "even"), rd=7),
+    "rope rotary_dim too big": rope(
+        ValueError,
+        ("rotary_dim", "18", "head_dim = 16"),
+        rd=18,
+        cache=make_cache(4, 18, torch.float32),
+    ),
+    "rope cache width": rope(
+        ValueError, ("cos_sin_cache", "rotary_dim = 8"), cache=make_cache(4, 6, torch.float32)
+    ),
+    "rope cache dtype": rope(
+        TypeError, ("cos_sin_cache", "torch.float16"), cache=make_cache(4, 8, torch.float16)
+    ),
+    "rope position out of range": rope(
+        ValueError,
+        ("positions[1]", "7", "cos_sin_cache.size(0) = 4"),
+        fake_too=False,
+        pos=torch.tensor([0, 7, 1]),
+    ),
+    "rope q overlaps k": rope(
+        ValueError, ("q", "k", "share memory"), fake_too=False, q=_QK[:, :32], k=_QK[:, 16:32]
+    ),
+}
+
+
+@pytest.mark.parametrize("name", BAD3)
+def test_bad_input_qk_norm_rope(name: str) -> None:
+    BAD3[name].check()

@@ -12,7 +12,8 @@ Importing this package loads ``rvv_ops/_C.so``, which registers
 - model-layer ops: ``gemma_rmsnorm_cpu``, ``gemma_fused_add_rmsnorm_cpu`` (see
   ``rvv_ops.rmsnorm``), ``gemma3_rmsnorm_cpu``, ``gemma4_rmsnorm_cpu``, ``l2norm_cpu``,
   ``fused_rmsnorm_gated_cpu``, ``fused_qk_rmsnorm_cpu``, ``fused_qk_gemma_rmsnorm_cpu``,
-  ``fused_add_layernorm_cpu``, ``fused_dual_residual_rmsnorm_cpu`` (``rvv_ops.norms``),
+  ``fused_add_layernorm_cpu``, ``fused_dual_residual_rmsnorm_cpu``,
+  ``fused_qk_norm_rope_cpu`` (``rvv_ops.norms``),
   ``layernorm_cpu`` (``rvv_ops.layernorm``), ``silu_and_mul_cpu``,
   ``gelu_and_mul_cpu``, ``gelu_tanh_and_mul_cpu`` (``rvv_ops.activation``),
   ``rotary_embedding_cpu`` (``rvv_ops.rotary``)
@@ -77,6 +78,7 @@ from rvv_ops.norms import (
     fused_add_layernorm,
     fused_dual_residual_rmsnorm,
     fused_qk_gemma_rmsnorm,
+    fused_qk_norm_rope,
     fused_qk_rmsnorm,
     fused_rmsnorm_gated,
     gemma3_rmsnorm,
@@ -108,6 +110,7 @@ __all__ = [
     "fused_experts",
     "fused_moe_router",
     "fused_qk_gemma_rmsnorm",
+    "fused_qk_norm_rope",
     "fused_qk_rmsnorm",
     "fused_rmsnorm_gated",
     "gelu_and_mul",

@@ -3,10 +3,12 @@ arguments SGLang 0.5.23's CPU code calls: ``gemma3_rmsnorm_cpu`` (``Gemma3RMSNor
 ``gemma4_rmsnorm_cpu`` (``Gemma4RMSNorm``), ``l2norm_cpu`` (MuseSpark's weightless norm),
 ``fused_rmsnorm_gated_cpu`` (the gated norms of the linear-attention layers),
 ``fused_qk_rmsnorm_cpu`` (MiniMax-M2's QK norm), ``fused_qk_gemma_rmsnorm_cpu``
-(Qwen3.5's per-head QK norm), ``fused_add_layernorm_cpu`` and
-``fused_dual_residual_rmsnorm_cpu`` (Grok).
+(Qwen3.5's per-head QK norm), ``fused_add_layernorm_cpu``,
+``fused_dual_residual_rmsnorm_cpu`` (Grok) and ``fused_qk_norm_rope_cpu`` (Qwen3-MoE, in
+place).
 
-All compute in fp32 and return new contiguous tensors in the input's dtype; weights have
+All compute in fp32 and return new contiguous tensors in the input's dtype (except the
+in-place ``fused_qk_norm_rope_cpu``); weights have
 the input's dtype (LayerNorm's may also be fp32). A wrong dtype raises TypeError, any other
 bad argument ValueError, naming the op, the argument, its value and what was expected.
 """
@@ -138,3 +140,32 @@ def fused_dual_residual_rmsnorm(
         x, residual, weight1, weight2, eps
     )
     return out, mid
+
+
+def fused_qk_norm_rope(
+    q: Tensor,
+    k: Tensor,
+    q_weight: Tensor,
+    k_weight: Tensor,
+    eps: float,
+    is_neox: bool,
+    positions: Tensor,
+    cos_sin_cache: Tensor,
+    rotary_dim: int,
+) -> None:
+    """Qwen3-style QK norm then RoPE, in place: every ``head_dim``-wide head of ``q``
+    ``[tokens, num_heads * head_dim]`` and ``k`` ``[tokens, num_kv_heads * head_dim]``
+    (``head_dim = q_weight.shape[0]``) becomes ``rms(head) * weight`` (``q_weight`` /
+    ``k_weight``, fp32 arithmetic, rounded to the dtype), then its first ``rotary_dim``
+    elements are rotated at ``positions[t]`` by ``cos_sin_cache`` ``[max_position,
+    rotary_dim]`` (cos then sin; fp32 or ``q``'s dtype), neox or GPT-J pairs.
+
+    Calls ``torch.ops.sgl_kernel.fused_qk_norm_rope_cpu`` with SGLang 0.5.23's arguments
+    (``models/qwen3_moe.py``). ``q`` and ``k`` (e.g. column slices of one qkv tensor) are
+    written where they are: each must be walkable as rows with one stride, and they must not
+    share memory with each other or with the other arguments. ``positions`` int64 or int32,
+    one per row; ``rotary_dim`` even, at most ``head_dim``.
+    """
+    torch.ops.sgl_kernel.fused_qk_norm_rope_cpu.default(
+        q, k, q_weight, k_weight, eps, is_neox, positions, cos_sin_cache, rotary_dim
+    )
