@@ -10,7 +10,11 @@ Importing this package loads ``rvv_ops/_C.so``, which registers
   (activations' dtype or fp8), plus ``decode_attention_int8_cpu`` and
   ``extend_attention_int8_cpu`` for INT8 caches with per-token scales
 - model-layer ops: ``gemma_rmsnorm_cpu``, ``gemma_fused_add_rmsnorm_cpu`` (see
-  ``rvv_ops.rmsnorm``), ``layernorm_cpu`` (``rvv_ops.layernorm``), ``silu_and_mul_cpu``,
+  ``rvv_ops.rmsnorm``), ``gemma3_rmsnorm_cpu``, ``gemma4_rmsnorm_cpu``, ``l2norm_cpu``,
+  ``fused_rmsnorm_gated_cpu``, ``fused_qk_rmsnorm_cpu``, ``fused_qk_gemma_rmsnorm_cpu``,
+  ``fused_add_layernorm_cpu``, ``fused_dual_residual_rmsnorm_cpu``,
+  ``fused_qk_norm_rope_cpu`` (``rvv_ops.norms``),
+  ``layernorm_cpu`` (``rvv_ops.layernorm``), ``silu_and_mul_cpu``,
   ``gelu_and_mul_cpu``, ``gelu_tanh_and_mul_cpu`` (``rvv_ops.activation``),
   ``rotary_embedding_cpu`` (``rvv_ops.rotary``)
 - linear layers (see ``rvv_ops.linear``): ``convert_weight_packed``,
@@ -72,6 +76,17 @@ from rvv_ops.moe_routing import (
     topk_sigmoid,
     topk_softmax,
 )
+from rvv_ops.norms import (
+    fused_add_layernorm,
+    fused_dual_residual_rmsnorm,
+    fused_qk_gemma_rmsnorm,
+    fused_qk_norm_rope,
+    fused_qk_rmsnorm,
+    fused_rmsnorm_gated,
+    gemma3_rmsnorm,
+    gemma4_rmsnorm,
+    l2norm,
+)
 from rvv_ops.rmsnorm import fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, rmsnorm
 from rvv_ops.rotary import rotary_embedding
 
@@ -91,11 +106,19 @@ __all__ = [
     "extend_attention",
     "extend_attention_int8",
     "fp8_scaled_mm",
+    "fused_add_layernorm",
     "fused_add_rmsnorm",
+    "fused_dual_residual_rmsnorm",
     "fused_experts",
     "fused_moe_router",
+    "fused_qk_gemma_rmsnorm",
+    "fused_qk_norm_rope",
+    "fused_qk_rmsnorm",
+    "fused_rmsnorm_gated",
     "gelu_and_mul",
     "gelu_tanh_and_mul",
+    "gemma3_rmsnorm",
+    "gemma4_rmsnorm",
     "gemma_fused_add_rmsnorm",
     "gemma_rmsnorm",
     "grouped_topk",
@@ -103,6 +126,7 @@ __all__ = [
     "int4_w4a16_mm",
     "int8_scaled_mm",
     "int8_scaled_mm_with_quant",
+    "l2norm",
     "layernorm",
     "multimodal_rotary_embedding",
     "per_token_quant_int8",
