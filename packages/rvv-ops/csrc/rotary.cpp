@@ -1,4 +1,4 @@
-// sgl_kernel::rotary_embedding_cpu on rvv-kernels.
+// sgl_kernel::rotary_embedding_cpu and apply_rotary_pos_emb_cpu on rvv-kernels.
 //
 // Returns new tensors (query_out, key_out) and leaves query and key untouched. sgl-kernel's
 // CPU op rotates 2-D query/key in place and returns them: a schema without alias
@@ -8,6 +8,7 @@
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "common.h"
 #include "ops.h"
@@ -188,6 +189,114 @@ std::tuple<at::Tensor, at::Tensor> rotary_embedding_cpu(bool meta, const at::Ten
   at::parallel_for(0, tokens, grain, [&](std::int64_t begin, std::int64_t end) {
     rvvk::rotary_embedding(qa, begin, end);
     rvvk::rotary_embedding(ka, begin, end);
+  });
+  return {query_out, key_out};
+}
+
+// apply_rotary_pos_emb_cpu: SGLang's apply_rotary_pos_emb with per-token cos/sin rows (its
+// apply_rotary_pos_emb_native_eager: x * cos + rotate_half(x) * sin in fp32, rounded once),
+// query [T, Hq, D] and key [T, Hk, D] (GQA: Hk may differ from Hq), cos and sin [T, D].
+// Returns new contiguous tensors.
+namespace {
+
+constexpr const char* kApplyRope = "apply_rotary_pos_emb_cpu";
+
+rvvk::DType check_apply_rope_args(const at::Tensor& query, const at::Tensor& key,
+                                  const at::Tensor& cos, const at::Tensor& sin) {
+  const char* op = kApplyRope;
+  check_same_device(op, "key", key, "query", query);
+  check_same_device(op, "cos", cos, "query", query);
+  check_same_device(op, "sin", sin, "query", query);
+  const rvvk::DType dtype = kernel_dtype(op, "query", query);
+  check_same_dtype(op, "key", key, "query", query);
+  kernel_dtype(op, "cos", cos);
+  check_same_dtype(op, "sin", sin, "cos", cos);
+  TORCH_CHECK_VALUE(query.dim() == 3, op, ": query (", describe(query), ") is ", query.dim(),
+                    "-d; expected [tokens, heads, head_size]");
+  TORCH_CHECK_VALUE(key.dim() == 3, op, ": key (", describe(key), ") is ", key.dim(),
+                    "-d; expected [tokens, kv_heads, head_size]");
+  TORCH_CHECK_VALUE(cos.dim() == 2, op, ": cos (", describe(cos), ") is ", cos.dim(),
+                    "-d; expected [tokens, head_size]");
+  TORCH_CHECK_VALUE(sin.dim() == 2, op, ": sin (", describe(sin), ") is ", sin.dim(),
+                    "-d; expected [tokens, head_size]");
+  const c10::SymInt tokens = query.sym_size(0);
+  const c10::SymInt head_size = query.sym_size(2);
+  TORCH_CHECK_VALUE(head_size % 2 == 0, op, ": query (", describe(query),
+                    ") has an odd head_size ", head_size,
+                    "; expected an even size (rotate_half pairs the two halves)");
+  const std::pair<const char*, const at::Tensor*> others[] = {
+      {"key", &key}, {"cos", &cos}, {"sin", &sin}};
+  for (const auto& [arg, t] : others) {
+    TORCH_CHECK_VALUE(t->sym_size(0) == tokens, op, ": ", arg, " (", describe(*t), ") has ",
+                      t->sym_size(0), " tokens; expected query.size(0) = ", tokens);
+    TORCH_CHECK_VALUE(t->sym_size(-1) == head_size, op, ": ", arg, " (", describe(*t),
+                      ") has a last dimension of ", t->sym_size(-1),
+                      "; expected query's head_size = ", head_size);
+  }
+  return dtype;
+}
+
+// The row stride of cos or sin, after a contiguous copy when its last dimension is not
+// contiguous.
+std::int64_t cos_rows(at::Tensor& t) {
+  if (t.size(1) > 1 && t.stride(1) != 1) t = t.contiguous();
+  return t.stride(0);
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> apply_rotary_pos_emb_cpu(bool meta, const at::Tensor& query,
+                                                            const at::Tensor& key,
+                                                            const at::Tensor& cos,
+                                                            const at::Tensor& sin) {
+  const char* op = kApplyRope;
+  if (!meta) {
+    check_cpu(op, "query", query);
+    check_cpu(op, "key", key);
+    check_cpu(op, "cos", cos);
+    check_cpu(op, "sin", sin);
+  }
+  const rvvk::DType dtype = check_apply_rope_args(query, key, cos, sin);
+  if (meta) {
+    return {at::empty_symint(query.sym_sizes(), query.options()),
+            at::empty_symint(key.sym_sizes(), key.options())};
+  }
+  at::Tensor query_out = at::empty(query.sizes(), query.options());
+  at::Tensor key_out = at::empty(key.sizes(), key.options());
+  const std::int64_t tokens = query.size(0), head_size = query.size(2);
+  if (tokens == 0 || head_size == 0) return {query_out, key_out};
+  // Inputs are only read: a last dimension that is not contiguous is read from a copy.
+  const at::Tensor q_in = query.stride(2) == 1 ? query : query.contiguous();
+  const at::Tensor k_in = key.stride(2) == 1 ? key : key.contiguous();
+  at::Tensor c = cos, s = sin;
+  rvvk::RotaryPosEmbArgs base;
+  base.head_size = head_size;
+  base.dtype = dtype;
+  base.cos_dtype = kernel_dtype(op, "cos", cos);
+  base.cos_stride_t = cos_rows(c);
+  base.sin_stride_t = cos_rows(s);
+  base.cos = c.data_ptr();
+  base.sin = s.data_ptr();
+  const auto args_for = [&](const at::Tensor& x, const at::Tensor& out) {
+    rvvk::RotaryPosEmbArgs a = base;
+    a.heads = x.size(1);
+    a.x = x.data_ptr();
+    a.x_stride_t = x.stride(0);
+    a.x_stride_h = x.stride(1);
+    a.out = out.data_ptr();
+    a.out_stride_t = out.stride(0);
+    a.out_stride_h = out.stride(1);
+    return a;
+  };
+  const rvvk::RotaryPosEmbArgs qa = args_for(q_in, query_out);
+  const rvvk::RotaryPosEmbArgs ka = args_for(k_in, key_out);
+  constexpr std::int64_t kMinElementsPerTask = 32768;
+  const std::int64_t per_token =
+      std::max<std::int64_t>((query.size(1) + key.size(1)) * head_size, 1);
+  const std::int64_t grain = std::max<std::int64_t>(1, kMinElementsPerTask / per_token);
+  at::parallel_for(0, tokens, grain, [&](std::int64_t begin, std::int64_t end) {
+    rvvk::rotary_pos_emb(qa, begin, end);
+    rvvk::rotary_pos_emb(ka, begin, end);
   });
   return {query_out, key_out};
 }

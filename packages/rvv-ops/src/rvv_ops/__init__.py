@@ -12,7 +12,9 @@ Importing this package loads ``rvv_ops/_C.so``, which registers
 - model-layer ops: ``gemma_rmsnorm_cpu``, ``gemma_fused_add_rmsnorm_cpu`` (see
   ``rvv_ops.rmsnorm``), ``layernorm_cpu`` (``rvv_ops.layernorm``), ``silu_and_mul_cpu``,
   ``gelu_and_mul_cpu``, ``gelu_tanh_and_mul_cpu`` (``rvv_ops.activation``),
-  ``rotary_embedding_cpu`` (``rvv_ops.rotary``)
+  ``rotary_embedding_cpu``, ``apply_rotary_pos_emb_cpu`` (``rvv_ops.rotary``),
+  ``fused_sigmoid_mul_cpu`` (``rvv_ops.activation``), ``fused_linear_sigmoid_mul``
+  (``rvv_ops.linear``)
 - linear layers (see ``rvv_ops.linear``): ``convert_weight_packed``,
   ``weight_packed_linear``, ``per_token_quant_int8_cpu``, ``int8_scaled_mm_cpu``,
   ``int8_scaled_mm_with_quant``; quantised weights: ``convert_weight_packed_scale_zp``,
@@ -40,7 +42,7 @@ names a variant that cannot be used here.
 from __future__ import annotations
 
 from rvv_ops._library import BuildInfo, CpuInfo, build_info, load_library, set_variant
-from rvv_ops.activation import gelu_and_mul, gelu_tanh_and_mul, silu_and_mul
+from rvv_ops.activation import fused_sigmoid_mul, gelu_and_mul, gelu_tanh_and_mul, silu_and_mul
 from rvv_ops.attention import (
     UNSUPPORTED,
     decode_attention,
@@ -55,6 +57,7 @@ from rvv_ops.linear import (
     convert_int4_weight,
     convert_weight_packed,
     fp8_scaled_mm,
+    fused_linear_sigmoid_mul,
     int4_scaled_mm,
     int4_w4a16_mm,
     int8_scaled_mm,
@@ -71,7 +74,7 @@ from rvv_ops.moe_routing import (
     topk_softmax,
 )
 from rvv_ops.rmsnorm import fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, rmsnorm
-from rvv_ops.rotary import rotary_embedding
+from rvv_ops.rotary import apply_rotary_pos_emb, rotary_embedding
 
 __all__ = [
     "AWQ",
@@ -80,6 +83,7 @@ __all__ = [
     "BuildInfo",
     "CpuInfo",
     "__version__",
+    "apply_rotary_pos_emb",
     "biased_grouped_topk",
     "build_info",
     "convert_int4_weight",
@@ -91,7 +95,9 @@ __all__ = [
     "fp8_scaled_mm",
     "fused_add_rmsnorm",
     "fused_experts",
+    "fused_linear_sigmoid_mul",
     "fused_moe_router",
+    "fused_sigmoid_mul",
     "gelu_and_mul",
     "gelu_tanh_and_mul",
     "gemma_fused_add_rmsnorm",
