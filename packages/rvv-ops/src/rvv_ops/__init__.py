@@ -12,7 +12,8 @@ Importing this package loads ``rvv_ops/_C.so``, which registers
 - model-layer ops: ``gemma_rmsnorm_cpu``, ``gemma_fused_add_rmsnorm_cpu`` (see
   ``rvv_ops.rmsnorm``), ``layernorm_cpu`` (``rvv_ops.layernorm``), ``silu_and_mul_cpu``,
   ``gelu_and_mul_cpu``, ``gelu_tanh_and_mul_cpu`` (``rvv_ops.activation``),
-  ``rotary_embedding_cpu``, ``apply_rotary_pos_emb_cpu`` (``rvv_ops.rotary``),
+  ``rotary_embedding_cpu``, ``apply_rotary_pos_emb_cpu``,
+  ``multimodal_rotary_embedding_cpu`` (``rvv_ops.rotary``),
   ``fused_sigmoid_mul_cpu`` (``rvv_ops.activation``), ``fused_linear_sigmoid_mul``
   (``rvv_ops.linear``)
 - linear layers (see ``rvv_ops.linear``): ``convert_weight_packed``,
@@ -74,7 +75,7 @@ from rvv_ops.moe_routing import (
     topk_softmax,
 )
 from rvv_ops.rmsnorm import fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, rmsnorm
-from rvv_ops.rotary import apply_rotary_pos_emb, rotary_embedding
+from rvv_ops.rotary import apply_rotary_pos_emb, multimodal_rotary_embedding, rotary_embedding
 
 __all__ = [
     "AWQ",
@@ -108,6 +109,7 @@ __all__ = [
     "int8_scaled_mm",
     "int8_scaled_mm_with_quant",
     "layernorm",
+    "multimodal_rotary_embedding",
     "per_token_quant_int8",
     "rmsnorm",
     "rotary_embedding",

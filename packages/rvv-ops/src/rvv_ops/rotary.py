@@ -54,3 +54,32 @@ def apply_rotary_pos_emb(
     """
     q, k = torch.ops.sgl_kernel.apply_rotary_pos_emb_cpu.default(query, key, cos, sin)
     return q, k
+
+
+def multimodal_rotary_embedding(
+    positions: Tensor,
+    query: Tensor,
+    key: Tensor,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    mrope_section: list[int] | None,
+    mrope_interleaved: bool = False,
+    is_neox: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """M-RoPE (Qwen2-VL, Qwen3-VL, Qwen3.5) of ``query`` and ``key`` in place; returns them.
+
+    Calls ``torch.ops.sgl_kernel.multimodal_rotary_embedding_cpu``. ``query [tokens, heads *
+    head_size]`` and ``key [tokens, kv_heads * head_size]`` (the same dtype: fp32, bf16 or
+    fp16; contiguous last dimension) are rotated in place by the rows of ``cos_sin_cache
+    [max_position, rotary_dim]`` (cos half, then sin half; fp32 or the query's dtype).
+    ``positions [tokens]``: the ordinary rotary embedding. ``positions [3, tokens]``
+    (temporal, height, width): element ``j`` of the cos/sin halves comes from the row of
+    ``positions[s, t]``, ``s`` the section of ``mrope_section [t, h, w]`` it falls in
+    (consecutive sections summing to ``rotary_dim / 2``) or, with ``mrope_interleaved``,
+    1 for ``j % 3 == 1, j < 3h``, 2 for ``j % 3 == 2, j < 3w``, else 0. ``is_neox``: pairs
+    ``(j, j + rotary_dim / 2)``, else ``(2j, 2j + 1)``; elements past ``rotary_dim`` are kept.
+    """
+    torch.ops.sgl_kernel.multimodal_rotary_embedding_cpu.default(
+        positions, query, key, head_size, cos_sin_cache, mrope_section, mrope_interleaved, is_neox
+    )
+    return query, key
