@@ -258,3 +258,89 @@ RVVK_TEST(rotary_pos_emb_matches_reference) {
     run_rope_case(ctx, {2, 0, 16, dt, cdt}, seed++);                  // no heads
   }
 }
+
+RVVK_TEST(gdn_gating_matches_reference) {
+  // (a/b dtype, A_log dtype, dt_bias dtype)
+  struct Types {
+    DType dt, log_dt, bias_dt;
+  };
+  const Types types[] = {{DType::kF32, DType::kF32, DType::kF32},
+                         {DType::kBF16, DType::kF32, DType::kBF16},
+                         {DType::kF16, DType::kF32, DType::kF16},
+                         {DType::kBF16, DType::kBF16, DType::kF32}};
+  std::vector<std::int64_t> heads_list = rvvk_test::row_lengths(ctx.vlen_bits, 2, {1, 4, 7, 32});
+  heads_list.push_back(0);
+  ref::Rng rng(17);
+  std::size_t turn = 0;
+  for (std::int64_t heads : heads_list) {
+    for (std::size_t rep = 0; rep < 2; ++rep) {
+      const Types ty = types[turn++ % std::size(types)];
+      const std::int64_t rows = 3, as = heads + 2, bs = heads + 5, gs = heads + 1, os = heads + 3;
+      ref::Buffer a(ty.dt, static_cast<std::size_t>(rows * as)), b(ty.dt, static_cast<std::size_t>(rows * bs));
+      ref::Buffer a_log(ty.log_dt, static_cast<std::size_t>(heads)), bias(ty.bias_dt, static_cast<std::size_t>(heads));
+      ref::Buffer g(DType::kF32, static_cast<std::size_t>(rows * gs)), beta(ty.dt, static_cast<std::size_t>(rows * os));
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        // softplus over both tails and past the threshold (x > 20)
+        a.set(i, i % 11 == 3 ? rng.uniform(-40, 40) : rng.uniform(-6, 6));
+      }
+      for (std::size_t i = 0; i < b.size(); ++i) b.set(i, i % 13 == 1 ? rng.uniform(-100, 100) : rng.uniform(-8, 8));
+      for (std::size_t i = 0; i < a_log.size(); ++i) a_log.set(i, rng.uniform(-3, 2.5));
+      for (std::size_t i = 0; i < bias.size(); ++i) bias.set(i, rng.uniform(-2, 2));
+      for (std::size_t i = 0; i < g.size(); ++i) g.set(i, kSentinel);
+      for (std::size_t i = 0; i < beta.size(); ++i) beta.set(i, kSentinel);
+      rvvk::GdnGatingArgs args;
+      args.heads = heads;
+      args.dtype = ty.dt;
+      args.a = a.data();
+      args.a_stride = as;
+      args.b = b.data();
+      args.b_stride = bs;
+      args.a_log_dtype = ty.log_dt;
+      args.a_log = a_log.data();
+      args.dt_bias_dtype = ty.bias_dt;
+      args.dt_bias = bias.data();
+      args.g = static_cast<float*>(g.data());
+      args.g_stride = gs;
+      args.beta = beta.data();
+      args.beta_stride = os;
+      rvvk::gdn_gating(args, 0, 1);
+      rvvk::gdn_gating(args, 1, rows);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t h = 0; h < gs; ++h) {
+          const std::size_t o = static_cast<std::size_t>(r * gs + h);
+          if (h >= heads) {
+            CHECK_MSG(g.get(o) == kSentinel, "gdn_gating: wrote g's gap at %zu", o);
+            continue;
+          }
+          // x = a + dt_bias rounded to fp32 (exact for 16-bit inputs up to the sum's rounding)
+          const double x = static_cast<float>(a.get(static_cast<std::size_t>(r * as + h)) +
+                                              bias.get(static_cast<std::size_t>(h)));
+          const double sp = x > 20 ? x : std::log1p(std::exp(x));
+          const double want = -std::exp(a_log.get(static_cast<std::size_t>(h))) * sp;
+          const double tol = 8 * ref::ulp(DType::kF32, want) + 1e-37;
+          CHECK_MSG(std::fabs(g.get(o) - want) <= tol,
+                    "gdn_gating g %s heads=%lld [%lld,%lld] x=%.9g: got %.9g want %.9g",
+                    ref::name(ty.dt), (long long)heads, (long long)r, (long long)h, x, g.get(o),
+                    want);
+        }
+        for (std::int64_t h = 0; h < os; ++h) {
+          const std::size_t o = static_cast<std::size_t>(r * os + h);
+          if (h >= heads) {
+            CHECK_MSG(beta.get(o) == kSentinel, "gdn_gating: wrote beta's gap at %zu", o);
+            continue;
+          }
+          const double bv = b.get(static_cast<std::size_t>(r * bs + h));
+          const double exact = sigmoid_ref(bv);
+          const double want = ref::round_to(ty.dt, exact);
+          const double tol = 6 * ref::ulp(DType::kF32, exact) +
+                             (ty.dt == DType::kF32 ? 0 : ref::ulp(ty.dt, want)) + 1e-37;
+          const bool ok = exact < 1e-30 ? std::fabs(beta.get(o)) <= 1e-30
+                                        : std::fabs(beta.get(o) - want) <= tol;
+          CHECK_MSG(ok, "gdn_gating beta %s heads=%lld [%lld,%lld] b=%.9g: got %.9g want %.9g",
+                    ref::name(ty.dt), (long long)heads, (long long)r, (long long)h, bv,
+                    beta.get(o), want);
+        }
+      }
+    }
+  }
+}

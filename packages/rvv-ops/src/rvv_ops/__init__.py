@@ -15,7 +15,7 @@ Importing this package loads ``rvv_ops/_C.so``, which registers
   ``rotary_embedding_cpu``, ``apply_rotary_pos_emb_cpu``,
   ``multimodal_rotary_embedding_cpu`` (``rvv_ops.rotary``),
   ``fused_sigmoid_mul_cpu`` (``rvv_ops.activation``), ``fused_linear_sigmoid_mul``
-  (``rvv_ops.linear``)
+  (``rvv_ops.linear``), ``fused_gdn_gating_cpu`` (``rvv_ops.gdn_gating``)
 - linear layers (see ``rvv_ops.linear``): ``convert_weight_packed``,
   ``weight_packed_linear``, ``per_token_quant_int8_cpu``, ``int8_scaled_mm_cpu``,
   ``int8_scaled_mm_with_quant``; quantised weights: ``convert_weight_packed_scale_zp``,
@@ -51,6 +51,7 @@ from rvv_ops.attention import (
     extend_attention,
     extend_attention_int8,
 )
+from rvv_ops.gdn_gating import fused_gdn_gating
 from rvv_ops.layernorm import layernorm
 from rvv_ops.linear import (
     AWQ,
@@ -96,6 +97,7 @@ __all__ = [
     "fp8_scaled_mm",
     "fused_add_rmsnorm",
     "fused_experts",
+    "fused_gdn_gating",
     "fused_linear_sigmoid_mul",
     "fused_moe_router",
     "fused_sigmoid_mul",

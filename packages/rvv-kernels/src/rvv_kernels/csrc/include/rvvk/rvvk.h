@@ -174,6 +174,28 @@ struct RotaryPosEmbArgs {
   std::int64_t cos_stride_t = 0, sin_stride_t = 0;
 };
 
+// Gated DeltaNet gating (Qwen3-Next / Qwen3.5 linear attention), per row r and head h:
+//   g[r, h]    = -exp(A_log[h]) * softplus(a[r, h] + dt_bias[h]),  softplus(x) = log(1 + e^x)
+//   beta[r, h] = sigmoid(b[r, h])
+// fp32 arithmetic; g fp32, beta of `dtype` (the dtype of a and b). A_log and dt_bias
+// (`heads` contiguous elements) each fp32 or `dtype`. Row strides in elements.
+struct GdnGatingArgs {
+  std::int64_t heads = 0;
+  DType dtype = DType::kF32;  // of a, b and beta
+  const void* a = nullptr;
+  std::int64_t a_stride = 0;
+  const void* b = nullptr;
+  std::int64_t b_stride = 0;
+  DType a_log_dtype = DType::kF32;
+  const void* a_log = nullptr;
+  DType dt_bias_dtype = DType::kF32;
+  const void* dt_bias = nullptr;
+  float* g = nullptr;
+  std::int64_t g_stride = 0;
+  void* beta = nullptr;
+  std::int64_t beta_stride = 0;
+};
+
 // Linear layers: y[M, N] = x[M, K] @ W^T + bias, W an [N, K] weight packed once at
 // load time. A packed weight is a PackedWeightHeader followed by panels of `panel`
 // output channels: panel p holds channels [p * panel, (p + 1) * panel) (the last one
