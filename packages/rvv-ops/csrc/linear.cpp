@@ -392,6 +392,63 @@ at::Tensor weight_packed_linear(bool meta, const at::Tensor& mat1, const at::Ten
   return out.view_symint(shape);
 }
 
+// Qwen2-MoE's shared-expert gate: out [M, N] = sigmoid(mat1 @ mat2^T + bias) * post_mul_mat,
+// mat2 one output channel ([1, K], packed or plain), the gate [M, 1] kept in fp32 (never
+// rounded to mat1's dtype), the product rounded once to mat1's dtype.
+at::Tensor fused_linear_sigmoid_mul(bool meta, const at::Tensor& mat1, const at::Tensor& mat2,
+                                    const std::optional<at::Tensor>& bias, bool is_vnni,
+                                    const at::Tensor& post_mul_mat) {
+  const char* op = "fused_linear_sigmoid_mul";
+  if (!meta) check_all_cpu(op, {{"mat1", &mat1}, {"mat2", &mat2}, {"post_mul_mat", &post_mul_mat}}, bias);
+  check_mat1(op, mat1, false);
+  check_weight_side(op, mat1, mat2, WeightKind::kFloat, bias, is_vnni);
+  TORCH_CHECK_VALUE(mat2.sym_size(0) == 1, op, ": mat2 (", describe(mat2), ") has N = ",
+                    mat2.sym_size(0), " output channels; expected 1 (the gate is one value "
+                    "per row: [1, K], or its packed form)");
+  check_bias(op, bias, mat2.sym_size(0));
+  check_same_device(op, "post_mul_mat", post_mul_mat, "mat1", mat1);
+  check_same_dtype(op, "post_mul_mat", post_mul_mat, "mat1", mat1);
+  check_2d(op, "post_mul_mat", post_mul_mat, "[M, N] (the output the gate scales)");
+  TORCH_CHECK_VALUE(post_mul_mat.sym_size(0) == mat1.sym_size(0), op, ": post_mul_mat (",
+                    describe(post_mul_mat), ") has ", post_mul_mat.sym_size(0),
+                    " rows; expected mat1.size(0) = ", mat1.sym_size(0));
+  if (meta) {
+    return at::empty_symint({mat1.sym_size(0), post_mul_mat.sym_size(1)}, mat1.options());
+  }
+  const rvvk::DType xdt = kernel_dtype(op, "mat1", mat1);
+  const rvvk::DType wdt = weight_dtype(op, "mat2", mat2, false, true);
+  const auto [packed, h] = packed_weight(op, mat2, wdt, mat1.size(1), is_vnni);
+  const at::Tensor b = bias ? bias->contiguous() : at::Tensor();
+  at::Tensor x = mat1;
+  const std::int64_t x_stride = rows_of(x);
+  at::Tensor post = post_mul_mat;
+  const std::int64_t post_stride = rows_of(post);
+  const std::int64_t m = x.size(0), n = post.size(1);
+  at::Tensor out = at::empty({m, n}, x.options());
+  if (m == 0) return out;
+  // The gate: one fp32 value per row.
+  at::Tensor gate = at::empty({m, 1}, x.options().dtype(at::kFloat));
+  rvvk::LinearArgs args;
+  args.m = m;
+  args.x_dtype = xdt;
+  args.x = x.data_ptr();
+  args.x_stride = x_stride;
+  set_weight_and_output(args, packed, b, gate);
+  // One output channel: split the rows over threads instead of the (single) panel.
+  parallel_rows(m, mat1.size(1) + n, [&](std::int64_t begin, std::int64_t end) {
+    rvvk::LinearArgs a = args;
+    a.m = end - begin;
+    a.x = row_ptr(x, x_stride, begin);
+    a.out = gate.data_ptr<float>() + begin;
+    rvvk::linear(a, 0, rvvk::linear_tasks(h));
+    if (n > 0) {
+      rvvk::sigmoid_scale_rows(xdt, row_ptr(out, n, begin), n, row_ptr(post, post_stride, begin),
+                               post_stride, gate.data_ptr<float>() + begin, end - begin, n);
+    }
+  });
+  return out;
+}
+
 std::tuple<at::Tensor, at::Tensor> per_token_quant_int8_cpu(bool meta, const at::Tensor& A) {
   const char* op = "per_token_quant_int8_cpu";
   if (!meta) check_cpu(op, "A", A);

@@ -16,7 +16,10 @@ Importing this package loads ``rvv_ops/_C.so``, which registers
   ``fused_qk_norm_rope_cpu`` (``rvv_ops.norms``),
   ``layernorm_cpu`` (``rvv_ops.layernorm``), ``silu_and_mul_cpu``,
   ``gelu_and_mul_cpu``, ``gelu_tanh_and_mul_cpu`` (``rvv_ops.activation``),
-  ``rotary_embedding_cpu`` (``rvv_ops.rotary``)
+  ``rotary_embedding_cpu``, ``apply_rotary_pos_emb_cpu``,
+  ``multimodal_rotary_embedding_cpu`` (``rvv_ops.rotary``),
+  ``fused_sigmoid_mul_cpu`` (``rvv_ops.activation``), ``fused_linear_sigmoid_mul``
+  (``rvv_ops.linear``), ``fused_gdn_gating_cpu`` (``rvv_ops.gdn_gating``)
 - linear layers (see ``rvv_ops.linear``): ``convert_weight_packed``,
   ``weight_packed_linear``, ``per_token_quant_int8_cpu``, ``int8_scaled_mm_cpu``,
   ``int8_scaled_mm_with_quant``; quantised weights: ``convert_weight_packed_scale_zp``,
@@ -46,7 +49,7 @@ names a variant that cannot be used here.
 from __future__ import annotations
 
 from rvv_ops._library import BuildInfo, CpuInfo, build_info, load_library, set_variant
-from rvv_ops.activation import gelu_and_mul, gelu_tanh_and_mul, silu_and_mul
+from rvv_ops.activation import fused_sigmoid_mul, gelu_and_mul, gelu_tanh_and_mul, silu_and_mul
 from rvv_ops.attention import (
     UNSUPPORTED,
     decode_attention,
@@ -54,6 +57,7 @@ from rvv_ops.attention import (
     extend_attention,
     extend_attention_int8,
 )
+from rvv_ops.gdn_gating import fused_gdn_gating
 from rvv_ops.layernorm import layernorm
 from rvv_ops.linear import (
     AWQ,
@@ -61,6 +65,7 @@ from rvv_ops.linear import (
     convert_int4_weight,
     convert_weight_packed,
     fp8_scaled_mm,
+    fused_linear_sigmoid_mul,
     int4_scaled_mm,
     int4_w4a16_mm,
     int8_scaled_mm,
@@ -88,7 +93,7 @@ from rvv_ops.norms import (
     l2norm,
 )
 from rvv_ops.rmsnorm import fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, rmsnorm
-from rvv_ops.rotary import rotary_embedding
+from rvv_ops.rotary import apply_rotary_pos_emb, multimodal_rotary_embedding, rotary_embedding
 
 __all__ = [
     "AWQ",
@@ -97,6 +102,7 @@ __all__ = [
     "BuildInfo",
     "CpuInfo",
     "__version__",
+    "apply_rotary_pos_emb",
     "biased_grouped_topk",
     "build_info",
     "convert_int4_weight",
@@ -110,11 +116,14 @@ __all__ = [
     "fused_add_rmsnorm",
     "fused_dual_residual_rmsnorm",
     "fused_experts",
+    "fused_gdn_gating",
+    "fused_linear_sigmoid_mul",
     "fused_moe_router",
     "fused_qk_gemma_rmsnorm",
     "fused_qk_norm_rope",
     "fused_qk_rmsnorm",
     "fused_rmsnorm_gated",
+    "fused_sigmoid_mul",
     "gelu_and_mul",
     "gelu_tanh_and_mul",
     "gemma3_rmsnorm",

@@ -42,3 +42,16 @@ def gelu_tanh_and_mul(input: Tensor) -> Tensor:
     """
     out: Tensor = torch.ops.sgl_kernel.gelu_tanh_and_mul_cpu.default(input)
     return out
+
+
+def fused_sigmoid_mul(input: Tensor, gate: Tensor) -> Tensor:
+    """Output gate, in place: ``input *= sigmoid(gate)``; returns ``input``.
+
+    Calls ``torch.ops.sgl_kernel.fused_sigmoid_mul_cpu`` (Qwen3.5's attention output gate).
+    ``input [T, D]`` (fp32, bf16 or fp16, contiguous last dimension, rows that do not share
+    memory) is overwritten; ``gate`` has ``input``'s dtype and is ``[T, D]`` or
+    ``[T, H, D / H]`` (any strides: e.g. a slice of a fused projection). Computes in fp32
+    and rounds once.
+    """
+    torch.ops.sgl_kernel.fused_sigmoid_mul_cpu.default(input, gate)
+    return input

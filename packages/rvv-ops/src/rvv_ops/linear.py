@@ -9,6 +9,9 @@ The ops keep the names and arguments SGLang 0.5.23's CPU code calls
   The result has the weight's dtype and shape ``[N, X]``; its first bytes are a header
   (format version, dtype, N, K, panel width) the other ops check.
 - ``weight_packed_linear(mat1, mat2, bias, is_vnni) -> Tensor``: ``mat1 @ W^T + bias``.
+- ``fused_linear_sigmoid_mul(mat1, mat2, bias, is_vnni, post_mul_mat) -> Tensor``:
+  ``sigmoid(mat1 @ W^T + bias) * post_mul_mat`` for a one-channel W (Qwen2-MoE's
+  shared-expert gate).
 - ``per_token_quant_int8_cpu(A) -> (Tensor, Tensor)``: symmetric per-row int8 and scales.
 - ``int8_scaled_mm_cpu(mat1, mat2, scales1, scales2, bias, out_dtype, is_vnni) -> Tensor``
 - ``int8_scaled_mm_with_quant(mat1, mat2, scales2, bias, out_dtype, is_vnni) -> Tensor``
@@ -56,6 +59,22 @@ def weight_packed_linear(
     ``x``'s dtype; ``bias`` ``[N]`` (optional) fp32, bf16 or fp16. Returns ``[M, N]``.
     """
     out: Tensor = torch.ops.sgl_kernel.weight_packed_linear.default(x, weight, bias, is_packed)
+    return out
+
+
+def fused_linear_sigmoid_mul(
+    x: Tensor, weight: Tensor, bias: Tensor | None, post_mul_mat: Tensor, is_packed: bool = True
+) -> Tensor:
+    """Qwen2-MoE's shared-expert gate: ``sigmoid(x @ weight^T + bias) * post_mul_mat``.
+
+    Calls ``torch.ops.sgl_kernel.fused_linear_sigmoid_mul``. ``weight`` has one output
+    channel: ``[1, K]`` (``is_packed=False``) or its :func:`convert_weight_packed` form;
+    ``x [M, K]`` and ``post_mul_mat [M, N]`` share a dtype (fp32, bf16 or fp16); ``bias``
+    ``[1]`` (optional). The gate stays in fp32; returns ``[M, N]`` in ``x``'s dtype.
+    """
+    out: Tensor = torch.ops.sgl_kernel.fused_linear_sigmoid_mul.default(
+        x, weight, bias, is_packed, post_mul_mat
+    )
     return out
 
 

@@ -40,6 +40,22 @@ def rotary_embedding(
     return q, k
 
 
+def apply_rotary_pos_emb(
+    query: Tensor, key: Tensor, cos: Tensor, sin: Tensor
+) -> tuple[Tensor, Tensor]:
+    """SGLang's ``apply_rotary_pos_emb`` with per-token cos/sin rows; returns new tensors.
+
+    Calls ``torch.ops.sgl_kernel.apply_rotary_pos_emb_cpu``: ``x * cos + rotate_half(x) *
+    sin`` (neox layout over the whole head, ``rotate_half(x) = cat(-x2, x1)``) for ``query
+    [tokens, heads, head_size]`` and ``key [tokens, kv_heads, head_size]`` (the same dtype:
+    fp32, bf16 or fp16; even ``head_size``) with ``cos`` and ``sin [tokens, head_size]``
+    (fp32, bf16 or fp16, the same dtype as each other). Computes in fp32 and rounds once,
+    as SGLang's ``apply_rotary_pos_emb_native_eager``.
+    """
+    q, k = torch.ops.sgl_kernel.apply_rotary_pos_emb_cpu.default(query, key, cos, sin)
+    return q, k
+
+
 def multimodal_rotary_embedding(
     positions: Tensor,
     query: Tensor,

@@ -153,6 +153,49 @@ struct RotaryArgs {
   const std::int64_t* positions = nullptr;  // [tokens], valid rows of the cache
 };
 
+// Rotary embedding with per-token cos/sin rows (SGLang's apply_rotary_pos_emb, neox
+// layout over the whole head): for each token t < tokens and head h < heads, with
+// x = the head's head_size elements (even head_size, half = head_size / 2) and c, s the
+// token's rows of cos and sin (head_size elements each),
+//   out[i]        = x[i] c[i] - x[i + half] s[i]                  (i < half)
+//   out[i + half] = x[i + half] c[i + half] + x[i] s[i + half]
+// in fp32, rounded once. `out` may be `x` (same strides). Strides are in elements; the
+// last dimension is contiguous.
+struct RotaryPosEmbArgs {
+  std::int64_t heads = 0, head_size = 0;
+  DType dtype = DType::kF32;  // of x and out
+  const void* x = nullptr;
+  std::int64_t x_stride_t = 0, x_stride_h = 0;
+  void* out = nullptr;
+  std::int64_t out_stride_t = 0, out_stride_h = 0;
+  DType cos_dtype = DType::kF32;  // of cos and sin: kF32, kBF16 or kF16
+  const void* cos = nullptr;
+  const void* sin = nullptr;
+  std::int64_t cos_stride_t = 0, sin_stride_t = 0;
+};
+
+// Gated DeltaNet gating (Qwen3-Next / Qwen3.5 linear attention), per row r and head h:
+//   g[r, h]    = -exp(A_log[h]) * softplus(a[r, h] + dt_bias[h]),  softplus(x) = log(1 + e^x)
+//   beta[r, h] = sigmoid(b[r, h])
+// fp32 arithmetic; g fp32, beta of `dtype` (the dtype of a and b). A_log and dt_bias
+// (`heads` contiguous elements) each fp32 or `dtype`. Row strides in elements.
+struct GdnGatingArgs {
+  std::int64_t heads = 0;
+  DType dtype = DType::kF32;  // of a, b and beta
+  const void* a = nullptr;
+  std::int64_t a_stride = 0;
+  const void* b = nullptr;
+  std::int64_t b_stride = 0;
+  DType a_log_dtype = DType::kF32;
+  const void* a_log = nullptr;
+  DType dt_bias_dtype = DType::kF32;
+  const void* dt_bias = nullptr;
+  float* g = nullptr;
+  std::int64_t g_stride = 0;
+  void* beta = nullptr;
+  std::int64_t beta_stride = 0;
+};
+
 // Linear layers: y[M, N] = x[M, K] @ W^T + bias, W an [N, K] weight packed once at
 // load time. A packed weight is a PackedWeightHeader followed by panels of `panel`
 // output channels: panel p holds channels [p * panel, (p + 1) * panel) (the last one
