@@ -28,6 +28,9 @@ Importing this package loads ``rvv_ops/_C.so``, which registers
 - mixture-of-experts layers (see ``rvv_ops.moe``): ``fused_experts_cpu`` (unquantised and
   W8A8 int8 experts, weights packed by ``convert_weight_packed`` from ``[E, N, K]``),
   ``shared_expert_cpu``
+- Gated DeltaNet (Qwen3-Next / Qwen3.5 linear attention, see ``rvv_ops.gdn``):
+  ``causal_conv1d_fwd_cpu``, ``causal_conv1d_update_cpu``,
+  ``fused_sigmoid_gating_delta_rule_update_cpu``, ``chunk_gated_delta_rule_cpu``
 - mixture-of-experts routing (see ``rvv_ops.moe_routing``): ``topk_softmax_cpu``,
   ``topk_sigmoid_cpu``, ``grouped_topk_cpu``, ``biased_grouped_topk_cpu``,
   ``fused_moe_router_cpu``
@@ -56,6 +59,12 @@ from rvv_ops.attention import (
     decode_attention_int8,
     extend_attention,
     extend_attention_int8,
+)
+from rvv_ops.gdn import (
+    causal_conv1d_fwd,
+    causal_conv1d_update,
+    chunk_gated_delta_rule,
+    fused_sigmoid_gating_delta_rule_update,
 )
 from rvv_ops.gdn_gating import fused_gdn_gating
 from rvv_ops.layernorm import layernorm
@@ -105,6 +114,9 @@ __all__ = [
     "apply_rotary_pos_emb",
     "biased_grouped_topk",
     "build_info",
+    "causal_conv1d_fwd",
+    "causal_conv1d_update",
+    "chunk_gated_delta_rule",
     "convert_int4_weight",
     "convert_weight_packed",
     "decode_attention",
@@ -123,6 +135,7 @@ __all__ = [
     "fused_qk_norm_rope",
     "fused_qk_rmsnorm",
     "fused_rmsnorm_gated",
+    "fused_sigmoid_gating_delta_rule_update",
     "fused_sigmoid_mul",
     "gelu_and_mul",
     "gelu_tanh_and_mul",

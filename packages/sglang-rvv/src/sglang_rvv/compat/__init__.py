@@ -44,10 +44,19 @@ SYMBOLIC_SHAPES = "torch.fx.experimental.symbolic_shapes"
 _SGL_KERNEL_FILE = Path(__file__).with_name("sgl_kernel.py")
 
 
+_SGL_KERNEL_SUBMODULES = {"sgl_kernel.mamba": Path(__file__).with_name("sgl_kernel_mamba.py")}
+
+
 def _sgl_kernel_spec(fullname: str) -> importlib.machinery.ModuleSpec | None:
-    if fullname != "sgl_kernel":
-        return None  # sgl-kernel's submodules (flash_attn, ...) are GPU code: not stood in
-    return importlib.util.spec_from_file_location(fullname, _SGL_KERNEL_FILE)
+    if fullname == "sgl_kernel":
+        # A package (empty __path__), so that `sgl_kernel.mamba` can be served.
+        return importlib.util.spec_from_file_location(
+            fullname, _SGL_KERNEL_FILE, submodule_search_locations=[]
+        )
+    sub = _SGL_KERNEL_SUBMODULES.get(fullname)
+    if sub is None:
+        return None  # sgl-kernel's other submodules (flash_attn, ...) are GPU code
+    return importlib.util.spec_from_file_location(fullname, sub)
 
 
 @dataclass(frozen=True)
@@ -128,11 +137,15 @@ GAPS: tuple[Gap, ...] = (
         "build. The stand-in registers rvv-ops' `torch.ops.sgl_kernel` ops, implements the "
         "two helpers used while serving with torch, defines sgl-kernel's CPU tensor-parallel "
         "ops (`initialize`, `init_cpu_threads_env`, `shm_allreduce`, `shm_allgather`) on "
-        "torch.distributed, and its speculative-decoding helpers raise NotImplementedError",
+        "torch.distributed, and its speculative-decoding helpers raise NotImplementedError; "
+        "its submodule `sgl_kernel.mamba` has the Gated DeltaNet wrappers "
+        "(`causal_conv1d_fn_cpu`, `causal_conv1d_update_cpu`, `chunk_gated_delta_rule_cpu`) "
+        "that Qwen3-Next / Qwen3.5 layers import",
         (
             "test_shim.py::test_shim_serves_sgl_kernel_and_registers_the_ops",
             "test_shim.py::test_a_real_sgl_kernel_wins",
             "test_shim.py::test_every_name_sglang_imports_in_cpu_mode_exists",
+            "test_gdn_shim.py::test_sgl_kernel_mamba_names_sglang_imports",
             "test_tp.py::test_collectives_two_ranks_match_torch_distributed",
         ),
         spec=_sgl_kernel_spec,
