@@ -514,4 +514,57 @@ std::tuple<at::Tensor, at::Tensor> chunk_gated_delta_rule_cpu(
   return {o.unsqueeze(0).to(query.scalar_type()), final_state};
 }
 
+// Qwen3.5's GDN input projections, contiguous layout: mixed_qkvz [tokens, q | k | v | z]
+// (q and k num_heads_qk * head_qk wide, v and z num_heads_v * head_v), mixed_ba [tokens,
+// b | a] (num_heads_v each) -> new tensors mixed_qkv [tokens, q | k | v], z [tokens,
+// num_heads_v, head_v], b and a [tokens, num_heads_v]. Data movement only (row copies).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+fused_qkvzba_split_reshape_cat_contiguous_cpu(bool meta, const at::Tensor& mixed_qkvz,
+                                              const at::Tensor& mixed_ba,
+                                              std::int64_t num_heads_qk,
+                                              std::int64_t num_heads_v, std::int64_t head_qk,
+                                              std::int64_t head_v) {
+  constexpr const char* kOp = "fused_qkvzba_split_reshape_cat_contiguous_cpu";
+  if (!meta) {
+    check_cpu(kOp, "mixed_qkvz", mixed_qkvz);
+    check_cpu(kOp, "mixed_ba", mixed_ba);
+  }
+  for (const auto& [name, v] : {std::pair<const char*, std::int64_t>{"num_heads_qk", num_heads_qk},
+                                {"num_heads_v", num_heads_v},
+                                {"head_qk", head_qk},
+                                {"head_v", head_v}}) {
+    TORCH_CHECK_VALUE(v > 0, kOp, ": ", name, " is ", v, "; expected > 0");
+  }
+  check_same_device(kOp, "mixed_ba", mixed_ba, "mixed_qkvz", mixed_qkvz);
+  TORCH_CHECK_VALUE(mixed_qkvz.dim() == 2 && mixed_ba.dim() == 2, kOp, ": mixed_qkvz (",
+                    describe(mixed_qkvz), ") and mixed_ba (", describe(mixed_ba),
+                    ") must be 2-D [tokens, width]");
+  const std::int64_t qkv = 2 * num_heads_qk * head_qk + num_heads_v * head_v;
+  const std::int64_t zw = num_heads_v * head_v;
+  TORCH_CHECK_VALUE(mixed_qkvz.sym_size(1) == qkv + zw, kOp, ": mixed_qkvz.size(1) = ",
+                    mixed_qkvz.sym_size(1), "; expected 2 * num_heads_qk * head_qk + 2 * "
+                    "num_heads_v * head_v = ", qkv + zw);
+  TORCH_CHECK_VALUE(mixed_ba.sym_size(1) == 2 * num_heads_v, kOp, ": mixed_ba.size(1) = ",
+                    mixed_ba.sym_size(1), "; expected 2 * num_heads_v = ", 2 * num_heads_v);
+  TORCH_CHECK_VALUE(mixed_ba.sym_size(0) == mixed_qkvz.sym_size(0), kOp, ": mixed_ba has ",
+                    mixed_ba.sym_size(0), " rows; expected mixed_qkvz's ",
+                    mixed_qkvz.sym_size(0));
+  const c10::SymInt tokens = mixed_qkvz.sym_size(0);
+  const auto o1 = mixed_qkvz.options(), o2 = mixed_ba.options();
+  if (meta) {
+    return {at::empty_symint({tokens, qkv}, o1), at::empty_symint({tokens, num_heads_v, head_v}, o1),
+            at::empty_symint({tokens, num_heads_v}, o2), at::empty_symint({tokens, num_heads_v}, o2)};
+  }
+  const std::int64_t n = mixed_qkvz.size(0);
+  at::Tensor out_qkv = at::empty({n, qkv}, o1);
+  at::Tensor z = at::empty({n, num_heads_v, head_v}, o1);
+  at::Tensor b = at::empty({n, num_heads_v}, o2);
+  at::Tensor a = at::empty({n, num_heads_v}, o2);
+  out_qkv.copy_(mixed_qkvz.narrow(1, 0, qkv));
+  z.view({n, zw}).copy_(mixed_qkvz.narrow(1, qkv, zw));
+  b.copy_(mixed_ba.narrow(1, 0, num_heads_v));
+  a.copy_(mixed_ba.narrow(1, num_heads_v, num_heads_v));
+  return {out_qkv, z, b, a};
+}
+
 }  // namespace rvv_ops

@@ -8,6 +8,7 @@
 #include <ATen/ops/empty.h>
 
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <algorithm>
 #include <tuple>
@@ -211,6 +212,72 @@ std::tuple<at::Tensor, at::Tensor> fused_qk_gemma_rmsnorm_cpu(
   per_head(q_out, q, q_weight);
   per_head(k_out, k, k_weight);
   return {q_out, k_out};
+}
+
+// Qwen3.5's gated attention: q_gate [tokens, num_head * 2 * head_dim] holds, per head, the
+// query's head_dim values then the output gate's. q_out [tokens * num_head, head_dim] =
+// Gemma's RMSNorm of each query head (x / rms(x) * (1 + q_weight), fp32, rounded once),
+// k_out [tokens * kv_heads, head_dim] the same of k's heads, gate_out [tokens * num_head,
+// head_dim] the gate halves copied (SGLang's fake kernel's shapes).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_qk_gemma_rmsnorm_with_gate_cpu(
+    bool meta, const at::Tensor& q_gate, const at::Tensor& k, const at::Tensor& q_weight,
+    const at::Tensor& k_weight, double eps, std::int64_t head_dim, std::int64_t num_head) {
+  constexpr const char* kOp = "fused_qk_gemma_rmsnorm_with_gate_cpu";
+  const rvvk::DType dtype = check_qk(meta, kOp, q_gate, k, q_weight, k_weight);
+  TORCH_CHECK_VALUE(head_dim > 0, kOp, ": head_dim is ", head_dim, "; expected > 0");
+  TORCH_CHECK_VALUE(num_head > 0, kOp, ": num_head is ", num_head, "; expected > 0");
+  TORCH_CHECK_VALUE(q_gate.dim() == 2 && k.dim() == 2, kOp, ": q_gate (", describe(q_gate),
+                    ") and k (", describe(k), ") must be 2-D [tokens, width]");
+  TORCH_CHECK_VALUE(q_gate.sym_size(1) == 2 * num_head * head_dim, kOp, ": q_gate.size(1) = ",
+                    q_gate.sym_size(1), "; expected 2 * num_head * head_dim = ",
+                    2 * num_head * head_dim, " (each head's query then its gate)");
+  TORCH_CHECK_VALUE(k.sym_size(1) % head_dim == 0, kOp, ": k.size(1) = ", k.sym_size(1),
+                    " is not a multiple of head_dim = ", head_dim,
+                    "; expected k [tokens, num_kv_heads * head_dim]");
+  const c10::SymInt hd(head_dim);
+  check_norm_weight(kOp, "q_weight", q_weight, "q_gate", q_gate, hd, "head_dim");
+  check_norm_weight(kOp, "k_weight", k_weight, "k", k, hd, "head_dim");
+  check_eps(kOp, eps);
+  const c10::SymInt tokens = q_gate.sym_size(0);
+  const c10::SymInt kv_rows = tokens * (k.sym_size(1) / head_dim);
+  const auto opts = q_gate.options();
+  if (meta) {
+    return {at::empty_symint({tokens * num_head, hd}, opts),
+            at::empty_symint({kv_rows, hd}, opts), at::empty_symint({tokens * num_head, hd}, opts)};
+  }
+  check_last_dim_contiguous(kOp, "q_gate", q_gate);
+  check_last_dim_contiguous(kOp, "k", k);
+  check_contiguous(kOp, "q_weight", q_weight);
+  check_contiguous(kOp, "k_weight", k_weight);
+  const std::int64_t n = q_gate.size(0), kv_heads = k.size(1) / head_dim;
+  at::Tensor q_out = at::empty({n * num_head, head_dim}, opts);
+  at::Tensor k_out = at::empty({n * kv_heads, head_dim}, opts);
+  at::Tensor gate_out = at::empty({n * num_head, head_dim}, opts);
+  if (n == 0) return {q_out, k_out, gate_out};
+  const std::int64_t qs = q_gate.stride(0), ks = k.stride(0);
+  const std::int64_t es = static_cast<std::int64_t>(q_gate.element_size());
+  const auto* qg = static_cast<const char*>(q_gate.data_ptr());
+  const auto* kp = static_cast<const char*>(k.data_ptr());
+  auto* qo = static_cast<char*>(q_out.data_ptr());
+  auto* ko = static_cast<char*>(k_out.data_ptr());
+  auto* go = static_cast<char*>(gate_out.data_ptr());
+  const auto bytes = static_cast<std::size_t>(head_dim * es);
+  parallel_rows(n, (2 * num_head + kv_heads) * head_dim, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t t = begin; t < end; ++t) {
+      // The query heads are num_head rows of head_dim, 2 * head_dim apart.
+      rvvk::rmsnorm(dtype, qo + t * num_head * head_dim * es, head_dim, qg + t * qs * es,
+                    2 * head_dim, q_weight.data_ptr(), num_head, head_dim,
+                    static_cast<float>(eps), 1.0f);
+      rvvk::rmsnorm(dtype, ko + t * kv_heads * head_dim * es, head_dim, kp + t * ks * es,
+                    head_dim, k_weight.data_ptr(), kv_heads, head_dim, static_cast<float>(eps),
+                    1.0f);
+      for (std::int64_t h = 0; h < num_head; ++h) {
+        std::memcpy(go + (t * num_head + h) * head_dim * es,
+                    qg + (t * qs + (2 * h + 1) * head_dim) * es, bytes);
+      }
+    }
+  });
+  return {q_out, k_out, gate_out};
 }
 
 at::Tensor fused_add_layernorm_cpu(bool meta, const at::Tensor& input, at::Tensor& residual,

@@ -174,3 +174,22 @@ def chunk_gated_delta_rule(
         eps,
     )
     return out, final
+
+
+def fused_qkvzba_split_reshape_cat_contiguous(
+    mixed_qkvz: Tensor,
+    mixed_ba: Tensor,
+    num_heads_qk: int,
+    num_heads_v: int,
+    head_qk: int,
+    head_v: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Qwen3.5's GDN input projections split: ``mixed_qkvz [tokens, q | k | v | z]`` and
+    ``mixed_ba [tokens, b | a]`` -> new tensors ``(mixed_qkv [tokens, q | k | v], z [tokens,
+    num_heads_v, head_v], b [tokens, num_heads_v], a [tokens, num_heads_v])``.
+
+    Calls ``torch.ops.sgl_kernel.fused_qkvzba_split_reshape_cat_contiguous_cpu``.
+    """
+    op = torch.ops.sgl_kernel.fused_qkvzba_split_reshape_cat_contiguous_cpu.default
+    qkv, z, b, a = op(mixed_qkvz, mixed_ba, num_heads_qk, num_heads_v, head_qk, head_v)
+    return qkv, z, b, a

@@ -106,6 +106,28 @@ def fused_qk_gemma_rmsnorm(
     return q_out, k_out
 
 
+def fused_qk_gemma_rmsnorm_with_gate(
+    q_gate: Tensor,
+    k: Tensor,
+    q_weight: Tensor,
+    k_weight: Tensor,
+    eps: float,
+    head_dim: int,
+    num_head: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Qwen3.5's gated-attention QK norm: ``q_gate [tokens, num_head * 2 * head_dim]`` holds
+    each head's query then its gate. Returns ``(q [tokens * num_head, head_dim], k [tokens *
+    kv_heads, head_dim], gate [tokens * num_head, head_dim])``: Gemma's RMSNorm (``* (1 +
+    weight)``) of each query and key head, the gates copied.
+
+    Calls ``torch.ops.sgl_kernel.fused_qk_gemma_rmsnorm_with_gate_cpu``.
+    """
+    q, k_out, gate = torch.ops.sgl_kernel.fused_qk_gemma_rmsnorm_with_gate_cpu.default(
+        q_gate, k, q_weight, k_weight, eps, head_dim, num_head
+    )
+    return q, k_out, gate
+
+
 def fused_add_layernorm(
     input: Tensor, residual: Tensor, weight: Tensor, bias: Tensor | None, eps: float = 1e-5
 ) -> Tensor:
