@@ -194,6 +194,17 @@ def _deepseek_v2_lite(c: dict[str, Any]) -> Any:
         topk_method="greedy",
         norm_topk_prob=False,
         routed_scaling_factor=1.0,
+        # YaRN as DeepSeek-V2-Lite's config has it (SGLang's CPU MLA RoPE requires a scaling)
+        rope_scaling={
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 1024,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 0.707,
+            "mscale_all_dim": 0.707,
+        },
     )
 
 
@@ -216,7 +227,8 @@ MATRIX: tuple[Arch, ...] = (
     Arch("granite", "Granite 3.x", _granite, "embedding, residual, attention, logit multipliers"),
     Arch("glm4", "GLM-4 9B-style", _glm4, "post-norms, partial rotary 0.5, QKV bias"),
     Arch("deepseek-v2-lite", "DeepSeek-V2-Lite", _deepseek_v2_lite,
-         "MLA (kv_lora_rank 32, rope 16), MoE 8 experts + shared, first layer dense"),
+         "MLA (kv_lora_rank 32, rope 16, YaRN), MoE 8 experts + shared, first layer dense",
+         revision=2),
 )  # fmt: skip
 BY_NAME = {a.name: a for a in MATRIX}
 

@@ -60,7 +60,7 @@ def _free_port() -> int:
 def _error(log: str) -> str:
     """The exception SGLang's log ends with (the last ``SomethingError: ...`` line)."""
     lines = [ln.strip() for ln in log.splitlines()]
-    found = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception)\b.*:", ln)]
+    found = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception)\b(:.*)?$", ln)]
     if found:
         return found[-1][:400]
     return "\n".join(lines[-5:])[-400:]
