@@ -202,6 +202,71 @@ std::function<void()> silu_and_mul_case() {
   };
 }
 
+// Qwen3.5's per-token elementwise work around attention and its Gated DeltaNet layers
+// (Qwen3.5-2B-like: hidden 2048, 8 query heads of 256 with an output gate, 16 value heads of
+// 128 in the GDN layers): the gated RMSNorm of the GDN output, the attention output gate, the
+// decode step of the gated delta rule (one value head) and the GDN short conv (width 4).
+std::function<void()> rmsnorm_gated_case() {
+  constexpr std::int64_t kHeads = 16, kHv = 128;
+  static Rng rng;
+  static auto x = random_bf16(kHeads * kHv, rng);
+  static auto g = random_bf16(kHeads * kHv, rng);
+  static auto w = random_bf16(kHv, rng);
+  static std::vector<std::uint16_t> out(kHeads * kHv);
+  return [] {
+    rvvk::rmsnorm_gated(DType::kBF16, out.data(), kHv, x.data(), kHv, w.data(), g.data(), kHv,
+                        kHeads, kHv, 1e-6f);
+  };
+}
+
+std::function<void()> sigmoid_mul_case() {
+  constexpr std::int64_t kHeads = 8, kHd = 256;
+  static Rng rng;
+  static auto x = random_bf16(kHeads * kHd, rng);
+  static auto gate = random_bf16(kHeads * 2 * kHd, rng);
+  return [] {
+    rvvk::sigmoid_mul(DType::kBF16, x.data(), kHeads * kHd, x.data(), kHeads * kHd,
+                      gate.data() + kHd, kHeads * 2 * kHd, 2 * kHd, 1, kHeads, kHd);
+  };
+}
+
+std::function<void()> gated_delta_rule_case() {
+  constexpr std::int64_t kK = 128, kV = 128;
+  static Rng rng;
+  static std::vector<float> state(kV * kK), q(kK), k(kK), v(kV), out(kV);
+  static const bool filled = [] {
+    for (float& x : state) x = 0.01f * rng.next();
+    for (auto* vec : {&q, &k, &v}) {
+      for (float& x : *vec) x = rng.next();
+    }
+    return true;
+  }();
+  (void)filled;
+  static const float g = -0.05f, beta = 0.5f;
+  return [] {
+    rvvk::gated_delta_rule(state.data(), kK, q.data(), kK, k.data(), kK, v.data(), kV, &g,
+                           &beta, out.data(), kV, 1, kK, kV, 0.088f);
+  };
+}
+
+std::function<void()> causal_conv1d_case() {
+  // The GDN layer's q, k, v channels (2 x 16 x 128 + 16 x 128 = 6144), one decode token.
+  constexpr std::int64_t kC = 6144, kW = 4;
+  static Rng rng;
+  static std::vector<float> x(kC), hist((kW - 1) * kC), w(kW * kC), out(kC);
+  static const bool filled = [] {
+    for (auto* vec : {&x, &hist, &w}) {
+      for (float& e : *vec) e = rng.next();
+    }
+    return true;
+  }();
+  (void)filled;
+  return [] {
+    rvvk::causal_conv1d(x.data(), kC, hist.data(), w.data(), kC, nullptr, out.data(), kC, 1, kC,
+                        kW, true);
+  };
+}
+
 // MoE routing of M tokens. kQwen3: Qwen3-30B-A3B's router (128 experts, top 8, softmax,
 // renormalised, bf16 logits); otherwise DeepSeek-V3's (256 experts, sigmoid + correction
 // bias, 8 groups by their top-2 sum, 4 kept, top 8, scaled by 2.5, fp32 logits).
@@ -592,6 +657,10 @@ const std::map<std::string, Case>& cases() {
       {"rmsnorm_bf16_1536", {"rmsnorm", rmsnorm_case}},
       {"silu_and_mul_bf16_8960", {"act_and_mul", silu_and_mul_case}},
       {"rope_neox_bf16_qwen2.5-1.5b", {"rotary_embedding", rope_case}},
+      {"rmsnorm_gated_bf16_qwen3.5", {"rmsnorm_gated", rmsnorm_gated_case}},
+      {"sigmoid_mul_bf16_qwen3.5", {"sigmoid_mul", sigmoid_mul_case}},
+      {"gated_delta_rule_qwen3.5_head", {"gated_delta_rule", gated_delta_rule_case}},
+      {"causal_conv1d_qwen3.5_m1", {"causal_conv1d", causal_conv1d_case}},
       {"moe_routing_qwen3-30b-a3b_m1", {"moe_topk", moe_routing_case<1, true>}},
       {"moe_routing_qwen3-30b-a3b_m16", {"moe_topk", moe_routing_case<16, true>}},
       {"moe_routing_deepseek-v3_m1", {"moe_topk", moe_routing_case<1, false>}},
