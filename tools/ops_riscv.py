@@ -53,8 +53,22 @@ REPO = Path(__file__).resolve().parent.parent
 OPS = REPO / "packages" / "rvv-ops"
 KERNELS = REPO / "packages" / "rvv-kernels"
 ATTENTION = REPO / "packages" / "rvv-attention"
-# rvv-ops' MoE test files, which the second default configuration leaves out.
+# rvv-ops' test files the second default configuration leaves out: the MoE ops and the
+# model-coverage ops (norm variants, gates, RoPE variants, MLA, Gated DeltaNet), whose
+# VLEN-dependent code is the kernels' (kernels-tests runs those at every VLEN).
 MOE_TEST_FILES = ("test_moe.py", "test_moe_routing.py")
+SECOND_RUN_SKIPPED = (
+    *MOE_TEST_FILES,
+    "test_norms2.py",
+    "test_sigmoid_mul.py",
+    "test_rotary2.py",
+    "test_mrope.py",
+    "test_gdn_gating.py",
+    "test_gdn.py",
+    "test_mla.py",
+    "test_attention_mla.py",
+    "test_qwen3_5_ops.py",
+)
 CONFORMANCE = REPO / "tests" / "conformance"
 WHEEL_TAG = "py3-none-linux_riscv64"
 
@@ -400,9 +414,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # (the C++ kernel tests run every VLEN in full; this bounds CI's emulated time).
         second = not args.config and c is not configs[0]
         lengths = "quick" if second else args.lengths
-        # ... and leaves the MoE ops to the first configuration: their VLEN-dependent code is
-        # the GEMM / routing kernels', which kernels-tests runs at every VLEN.
-        skip = [f"--ignore={OPS / 'tests' / f}" for f in MOE_TEST_FILES] if second else []
+        # ... and leaves the MoE and model-coverage ops to the first configuration: their
+        # VLEN-dependent code is the kernels', which kernels-tests runs at every VLEN.
+        skip = [f"--ignore={OPS / 'tests' / f}" for f in SECOND_RUN_SKIPPED] if second else []
 
         def job(out: TextIO | None) -> int:
             return run_tests(

@@ -214,6 +214,48 @@ std::tuple<at::Tensor, at::Tensor> fused_qk_gemma_rmsnorm_cpu(
   return {q_out, k_out};
 }
 
+// The per-head QK RMSNorm of Qwen3-style attention (SGLang's apply_qk_norm, bf16 / fp16): q
+// [tokens, heads * head_dim] and k [tokens, kv_heads * head_dim], usually column slices of
+// one qkv row, normalised in place per head_dim-wide head (head_dim = q_weight's size), fp32
+// arithmetic, rounded once.
+void fused_qk_norm_cpu(bool meta, at::Tensor& q, at::Tensor& k, const at::Tensor& q_weight,
+                       const at::Tensor& k_weight, double eps) {
+  constexpr const char* kOp = "fused_qk_norm_cpu";
+  const rvvk::DType dtype = check_qk(meta, kOp, q, k, q_weight, k_weight);
+  TORCH_CHECK_VALUE(q_weight.dim() == 1 && q_weight.sym_size(0) >= 1, kOp, ": q_weight (",
+                    describe(q_weight), ") must be 1-D with head_dim >= 1 elements");
+  const c10::SymInt hd = q_weight.sym_size(0);
+  TORCH_CHECK_VALUE(q.sym_size(-1) % hd == 0, kOp, ": q.size(-1) = ", q.sym_size(-1),
+                    " is not a multiple of head_dim = ", hd, " (q_weight's size)");
+  TORCH_CHECK_VALUE(k.sym_size(-1) % hd == 0, kOp, ": k.size(-1) = ", k.sym_size(-1),
+                    " is not a multiple of head_dim = ", hd, " (q_weight's size)");
+  check_norm_weight(kOp, "q_weight", q_weight, "q", q, hd, "head_dim");
+  check_norm_weight(kOp, "k_weight", k_weight, "k", k, hd, "head_dim, from q_weight");
+  check_eps(kOp, eps);
+  if (meta) return;
+  check_contiguous(kOp, "q_weight", q_weight);
+  check_contiguous(kOp, "k_weight", k_weight);
+  const std::int64_t head_dim = q_weight.size(0);
+  const auto in_place = [&](const char* arg, at::Tensor& x, const at::Tensor& w) {
+    if (x.numel() == 0) return;
+    check_last_dim_contiguous(kOp, arg, x);
+    const std::int64_t stride = require_row_stride(kOp, arg, x);
+    check_rows_disjoint(kOp, arg, x, stride);
+    const std::int64_t tokens = num_rows(x), width = x.size(-1), heads = width / head_dim;
+    parallel_rows(tokens, width, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t t = begin; t < end; ++t) {
+        void* row = row_ptr(x, stride, t);
+        rvvk::rmsnorm(dtype, row, head_dim, row, head_dim, w.data_ptr(), heads, head_dim,
+                      static_cast<float>(eps), 0.0f);
+      }
+    });
+  };
+  // q and k are usually interleaved column slices of one qkv row (their address ranges
+  // overlap, their elements do not), so no range-overlap check between them.
+  in_place("q", q, q_weight);
+  in_place("k", k, k_weight);
+}
+
 // Qwen3.5's gated attention: q_gate [tokens, num_head * 2 * head_dim] holds, per head, the
 // query's head_dim values then the output gate's. q_out [tokens * num_head, head_dim] =
 // Gemma's RMSNorm of each query head (x / rms(x) * (1 + q_weight), fp32, rounded once),

@@ -95,3 +95,53 @@ def test_opcheck() -> None:
     torch.library.opcheck(WITH_GATE, (q_gate, torch.randn(3, 8), torch.randn(8), torch.randn(8),
                                       1e-6, 8, 2))  # fmt: skip
     torch.library.opcheck(SPLIT, (torch.randn(3, 12), torch.randn(3, 4), 1, 2, 2, 2))
+
+
+QK_NORM = torch.ops.sgl_kernel.fused_qk_norm_cpu.default
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    x = x.double()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w.double()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    ("tokens", "heads", "kv_heads", "head_dim"),
+    [(1, 1, 1, 8), (5, 6, 2, 16), (4, 3, 1, 33), (0, 2, 1, 8), (9, 16, 4, 128)],
+    ids=str,
+)
+def test_fused_qk_norm_in_place_on_qkv_slices(
+    tokens: int, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype
+) -> None:
+    """SGLang's apply_qk_norm: q and k are column slices of one qkv row, normalised in place
+    per head; v is left alone."""
+    g = torch.Generator().manual_seed(tokens * 7 + heads)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * head_dim, generator=g).to(dtype)
+    before = qkv.clone()
+    q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], -1)
+    qw = torch.randn(head_dim, generator=g).to(dtype)
+    kw = torch.randn(head_dim, generator=g).to(dtype)
+    QK_NORM(q, k, qw, kw, 1e-6)
+    bq, bk, bv = before.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], -1)
+    ref_q = _rms(bq.reshape(tokens, heads, head_dim), qw, 1e-6).reshape(tokens, heads * head_dim)
+    ref_k = _rms(bk.reshape(tokens, kv_heads, head_dim), kw, 1e-6).reshape(
+        tokens, kv_heads * head_dim
+    )
+    tol = 2e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(q.double(), ref_q, atol=tol, rtol=tol)
+    torch.testing.assert_close(k.double(), ref_k, atol=tol, rtol=tol)
+    assert torch.equal(v, bv)
+
+
+def test_fused_qk_norm_bad_inputs_and_opcheck() -> None:
+    q, k, w = torch.randn(2, 24), torch.randn(2, 8), torch.randn(8)
+    with pytest.raises(ValueError, match=r"q.size\(-1\) = 24 is not a multiple of head_dim = 5"):
+        QK_NORM(q, k, torch.randn(5), torch.randn(5), 1e-6)
+    with pytest.raises(ValueError, match=r"k_weight has 4 elements; expected head_dim"):
+        QK_NORM(q, k, w, torch.randn(4), 1e-6)
+    with pytest.raises(ValueError, match=r"q has 2 rows .* and k 3"):
+        QK_NORM(q, torch.randn(3, 8), w, w, 1e-6)
+    with pytest.raises(ValueError, match=r"eps"):
+        QK_NORM(q, k, w, w, -1.0)
+    torch.library.opcheck(QK_NORM, (torch.randn(3, 16), torch.randn(3, 8), w, w, 1e-6))
