@@ -194,6 +194,12 @@ def _deepseek_v2_lite(c: dict[str, Any]) -> Any:
         topk_method="greedy",
         norm_topk_prob=False,
         routed_scaling_factor=1.0,
+        # keys DeepSeek-V2-Lite's published config carries (SGLang reads moe_layer_freq)
+        moe_layer_freq=1,
+        scoring_func="softmax",
+        aux_loss_alpha=0.001,
+        seq_aux=True,
+        ep_size=1,
         # YaRN as DeepSeek-V2-Lite's config has it (SGLang's CPU MLA RoPE requires a scaling)
         rope_scaling={
             "rope_type": "yarn",
@@ -214,9 +220,9 @@ MATRIX: tuple[Arch, ...] = (
     Arch("qwen2.5", "Qwen2.5 0.5-3B", _qwen25, "QKV bias, GQA 6:2, tied embeddings"),
     Arch("qwen3", "Qwen3 0.6-4B", _qwen3, "QK RMSNorm, GQA 6:2, tied embeddings"),
     # SGLang's default Mamba radix-cache strategy (extra_buffer) needs state snapshots that
-    # its CPU platform does not support.
+    # its CPU platform does not support; no_buffer needs the overlap scheduler off.
     Arch("qwen3.5", "Qwen3.5 (text)", _qwen35, "Gated DeltaNet + gated full attention, QK norm",
-         ("--mamba-radix-cache-strategy", "no_buffer")),
+         ("--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule")),
     Arch("gemma2", "Gemma 2 2B", _gemma2,
          "Gemma norms, sandwich norms, alternating sliding window, logit soft-caps", revision=2),
     Arch("gemma3", "Gemma 3 1B", _gemma3,
@@ -228,7 +234,7 @@ MATRIX: tuple[Arch, ...] = (
     Arch("glm4", "GLM-4 9B-style", _glm4, "post-norms, partial rotary 0.5, QKV bias"),
     Arch("deepseek-v2-lite", "DeepSeek-V2-Lite", _deepseek_v2_lite,
          "MLA (kv_lora_rank 32, rope 16, YaRN), MoE 8 experts + shared, first layer dense",
-         revision=2),
+         revision=3),
 )  # fmt: skip
 BY_NAME = {a.name: a for a in MATRIX}
 
