@@ -80,7 +80,8 @@ class RVVAttnBackend(AttentionBackend):  # type: ignore[misc]
             raise ValueError(
                 "attention backend 'rvv': --enable-torch-compile is not supported: SGLang "
                 "0.5.23's CPU graph runner registers fake kernels for all of sgl-kernel's CPU "
-                "ops (bmm_cpu, qkv_proj_with_rope, ...), which rvv-ops does not define; run "
+                "ops, some of which rvv-ops does not define (apply_multidimensional_rope_cpu, "
+                "fused_qk_rmsnorm_sumsq_cpu, ...; docs/models.md lists them); run "
                 "without --enable-torch-compile"
             )
         self.req_to_token_pool = model_runner.req_to_token_pool
