@@ -108,6 +108,7 @@ def _qwen35(c: dict[str, Any]) -> Any:
         linear_value_head_dim=16,
         linear_conv_kernel_dim=4,
         partial_rotary_factor=0.25,
+        full_attention_interval=4,  # Qwen3.5's published configs carry it; SGLang reads it
     )
 
 
@@ -222,7 +223,8 @@ MATRIX: tuple[Arch, ...] = (
     # SGLang's default Mamba radix-cache strategy (extra_buffer) needs state snapshots that
     # its CPU platform does not support; no_buffer needs the overlap scheduler off.
     Arch("qwen3.5", "Qwen3.5 (text)", _qwen35, "Gated DeltaNet + gated full attention, QK norm",
-         ("--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule")),
+         ("--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"),
+         revision=2),
     Arch("gemma2", "Gemma 2 2B", _gemma2,
          "Gemma norms, sandwich norms, alternating sliding window, logit soft-caps", revision=2),
     Arch("gemma3", "Gemma 3 1B", _gemma3,

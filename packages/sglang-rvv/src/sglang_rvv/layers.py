@@ -277,6 +277,32 @@ def gemma3_rmsnorm_forward(
     return _sgl.gemma3_rmsnorm_cpu(residual, weight.data, self.eps), residual
 
 
+def rmsnorm_gated_forward(
+    original: Callable[..., Any], self: Any, x: torch.Tensor, z: torch.Tensor | None = None
+) -> Any:
+    """The gated RMSNorm of Gated DeltaNet layers (``fla.layernorm_gated.RMSNorm.forward``:
+    ``rmsnorm(x) * weight * silu(z)``) through ``fused_rmsnorm_gated_cpu``. SGLang calls that
+    op itself only with sgl-kernel's AMX build, and otherwise runs a Triton kernel, which
+    needs CUDA."""
+    weight = getattr(self, "weight", None)
+    if (
+        z is None
+        or x.device.type != "cpu"
+        or x.dtype not in _FLOAT_DTYPES
+        or z.dtype != x.dtype
+        or z.shape != x.shape
+        or not isinstance(weight, torch.Tensor)
+        or weight.dtype != x.dtype
+        or not getattr(self, "norm_before_gate", False)
+        or getattr(self, "group_size", None) is not None
+        or getattr(self, "activation", "swish") != "swish"
+        or getattr(self, "bias", None) is not None
+    ):
+        return original(self, x, z)
+    _count("fused_rmsnorm_gated_cpu")
+    return _sgl.fused_rmsnorm_gated_cpu(x, weight.data, z, self.eps)
+
+
 def layernorm_forward(original: Callable[..., Any], self: Any, x: torch.Tensor) -> Any:
     """``LayerNorm.forward_native`` through ``layernorm_cpu``."""
     weight = getattr(self, "weight", None)
@@ -747,6 +773,8 @@ HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
 OPTIONAL_HOOKS: tuple[tuple[str, Callable[..., Any], str], ...] = (
     (_BASE + "layernorm.Gemma3RMSNorm.forward_native", gemma3_rmsnorm_forward,
      "gemma3_rmsnorm_cpu"),
+    ("sglang.kernels.ops.attention.fla.layernorm_gated.RMSNorm.forward", rmsnorm_gated_forward,
+     "fused_rmsnorm_gated_cpu"),
 )  # fmt: skip
 """Hooks registered when the installed rvv-ops defines their op: (target, hook, op)."""
 LINEAR_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
