@@ -137,6 +137,8 @@ STATUS = {
     "tokens-differ": "**served through RVV; tokens differ**",
     "rvv-failed": "**the rvv server fails**",
     "sglang-cannot-serve": "SGLang 0.5.23 cannot serve it on a CPU",
+    "rvv-only": "SGLang's torch_native cannot serve it on a CPU; served through RVV, greedy "
+    "text identical to transformers'",
 }
 
 
@@ -175,8 +177,12 @@ def render(results: dict[str, Any], sglang_dir: Path) -> str:
             result = STATUS.get(r["status"], r["status"])
             if "identical" in r:
                 result += f" ({r['identical']}/{r['prompts']})"
-            if r["status"] == "sglang-cannot-serve":
-                result += f": `{r['torch_native']['error']}`"
+            if "identical_to_transformers" in r:
+                result += f" ({r['identical_to_transformers']}/{r['prompts']})"
+            if r["status"] in ("sglang-cannot-serve", "rvv-only"):
+                result += f"; torch_native: `{r['torch_native']['error']}`"
+            if r["status"] == "sglang-cannot-serve" and "rvv" in r:
+                result += f"; rvv: `{r['rvv']['error']}`"
             elif r["status"] == "rvv-failed":
                 result += f": `{r['rvv']['error']}`"
             elif r["status"] == "tokens-differ":
@@ -195,7 +201,7 @@ def render(results: dict[str, Any], sglang_dir: Path) -> str:
     ]
     for arch in model_matrix.MATRIX:
         r = results.get(arch.name)
-        if r is None or "rvv" not in r:
+        if r is None or "rvv" not in r or not r["rvv"]["ok"]:
             continue
         stats = r["rvv"]["stats"]
         native = r["torch_native"]["stats"]

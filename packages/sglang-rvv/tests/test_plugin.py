@@ -506,3 +506,33 @@ def test_compressed_tensors_wna16_routing() -> None:
     calls = out["calls"]
     assert calls.get("convert_weight_packed_scale_zp") == 3, calls
     assert calls.get("int4_w4a16_mm_cpu") == 3 and calls.get("int4_scaled_mm_cpu") == 3, calls
+
+
+def test_gated_rmsnorm_routes_to_the_op() -> None:
+    """fla's gated RMSNorm (Qwen3.5's GDN output norm) runs a Triton kernel on a CPU without
+    sgl-kernel's AMX build; routed, it runs fused_rmsnorm_gated_cpu: rmsnorm(x) * w * silu(z)
+    against float64."""
+    out, _ = _run(
+        """
+        import json, torch
+        from sglang.kernels.ops.attention.fla.layernorm_gated import RMSNorm
+        from sglang.srt.plugins import load_plugins
+        load_plugins()
+        from sglang_rvv import layers
+        torch.manual_seed(0)
+        errs = {}
+        for dt in (torch.float32, torch.bfloat16):
+            m = RMSNorm(48, eps=1e-6).to(dt)
+            m.weight.data.normal_()
+            x, z = torch.randn(5, 48, dtype=dt), torch.randn(5, 48, dtype=dt)
+            got = m(x, z)
+            xd, zd, w = x.double(), z.double(), m.weight.double()
+            ref = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+            ref = ref * zd * torch.sigmoid(zd)
+            errs[str(dt)] = float((got.double() - ref).abs().max())
+        print(json.dumps({"calls": dict(layers.CALLS), "errs": errs}))
+        """,
+        SGLANG_RVV_LAYERS="1",
+    )
+    assert out["calls"].get("fused_rmsnorm_gated_cpu", 0) == 2, out
+    assert out["errs"]["torch.float32"] <= 1e-5 and out["errs"]["torch.bfloat16"] <= 5e-2, out
