@@ -121,15 +121,10 @@ def _hooks(stats: dict[str, int]) -> str:
     )
 
 
-def _torch_layers(stats: dict[str, int]) -> str:
-    """BaseFusedOp layers called in the rvv server that no routing hook took."""
-    hooked = {k[len("hook ") :].split(".", 1)[0] for k in stats if k.startswith("hook ")}
-    rest = sorted(
-        (k[len("layer ") :], v)
-        for k, v in stats.items()
-        if k.startswith("layer ") and k[len("layer ") :] not in hooked
-    )
-    return ", ".join(f"`{k}` {v}" for k, v in rest) or "none"
+def _layers(stats: dict[str, int]) -> str:
+    """SGLang's BaseFusedOp layer calls by class (a subclass counts under its own name)."""
+    rows = sorted((k[len("layer ") :], v) for k, v in stats.items() if k.startswith("layer "))
+    return ", ".join(f"`{k}` {v}" for k, v in rows) or "none"
 
 
 STATUS = {
@@ -195,8 +190,11 @@ def render(results: dict[str, Any], sglang_dir: Path) -> str:
         "Counted by `sglang_rvv.op_stats` over the whole run (start-up, the 8 prompts). "
         "*sgl_kernel ops*: calls of each `torch.ops.sgl_kernel` op, whoever made them; "
         "*routed layers*: calls of each routing hook, by whether it ran the RVV ops or handed "
-        "the call to SGLang's torch code (a case the ops do not cover exactly); *layers left "
-        "to torch*: SGLang layer classes no hook takes.",
+        "the call to SGLang's torch code (a case the ops do not cover exactly; the "
+        "`process_weights_after_loading` hooks also run SGLang's own method as part of their "
+        "work); *SGLang layer calls by class*: every call of a `BaseFusedOp` layer (a subclass, "
+        "e.g. `Llama3RotaryEmbedding`, counts under its own name and reaches the hook of the "
+        "method it inherits); a class with no routed calls above ran in torch.",
         "",
     ]
     for arch in model_matrix.MATRIX:
@@ -210,7 +208,7 @@ def render(results: dict[str, Any], sglang_dir: Path) -> str:
             "",
             f"- sgl_kernel ops: {_ops_line(stats, 'op ')}",
             f"- routed layers: {_hooks(stats)}",
-            f"- layers left to torch: {_torch_layers(stats)}",
+            f"- SGLang layer calls by class: {_layers(stats)}",
             f"- attention: {_ops_line(stats, 'attention ')}",
             f"- sgl_kernel ops the torch_native server (no routing) reached: "
             f"{_ops_line(native, 'op ')}",
