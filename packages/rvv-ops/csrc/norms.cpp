@@ -153,6 +153,34 @@ at::Tensor fused_rmsnorm_gated_cpu(bool meta, const at::Tensor& input, const at:
   return out;
 }
 
+namespace {
+
+// `t` (named `arg`, laid out as `layout`) is rows of whole head_dim-wide heads.
+void check_whole_heads(const char* op, const char* arg, const at::Tensor& t,
+                       const c10::SymInt& head_dim, const char* layout) {
+  TORCH_CHECK_VALUE(t.sym_size(-1) % head_dim == 0, op, ": ", arg, ".size(-1) = ",
+                    t.sym_size(-1), " is not a multiple of head_dim = ", head_dim,
+                    "; expected ", arg, " ", layout);
+}
+
+// Row t of `out` (rows out_stride apart) = the RMSNorm * (w + offset) of each head_dim-wide
+// head of row t of `in` (rows in_stride apart): one kernel call per token over its heads.
+// `out` may be `in` (in place).
+void rmsnorm_heads(rvvk::DType dtype, const at::Tensor& out, std::int64_t out_stride,
+                   const at::Tensor& in, std::int64_t in_stride, const at::Tensor& w,
+                   std::int64_t head_dim, double eps, float offset) {
+  if (in.numel() == 0) return;
+  const std::int64_t tokens = num_rows(in), width = in.size(-1), heads = width / head_dim;
+  parallel_rows(tokens, width, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t t = begin; t < end; ++t) {
+      rvvk::rmsnorm(dtype, row_ptr(out, out_stride, t), head_dim, row_ptr(in, in_stride, t),
+                    head_dim, w.data_ptr(), heads, head_dim, static_cast<float>(eps), offset);
+    }
+  });
+}
+
+}  // namespace
+
 std::tuple<at::Tensor, at::Tensor> fused_qk_rmsnorm_cpu(bool meta, const at::Tensor& q,
                                                         const at::Tensor& k,
                                                         const at::Tensor& q_weight,
@@ -179,13 +207,9 @@ std::tuple<at::Tensor, at::Tensor> fused_qk_gemma_rmsnorm_cpu(
   constexpr const char* kOp = "fused_qk_gemma_rmsnorm_cpu";
   const rvvk::DType dtype = check_qk(meta, kOp, q, k, q_weight, k_weight);
   TORCH_CHECK_VALUE(head_dim > 0, kOp, ": head_dim is ", head_dim, "; expected > 0");
-  TORCH_CHECK_VALUE(q.sym_size(-1) % head_dim == 0, kOp, ": q.size(-1) = ", q.sym_size(-1),
-                    " is not a multiple of head_dim = ", head_dim,
-                    "; expected q [tokens, num_heads * head_dim]");
-  TORCH_CHECK_VALUE(k.sym_size(-1) % head_dim == 0, kOp, ": k.size(-1) = ", k.sym_size(-1),
-                    " is not a multiple of head_dim = ", head_dim,
-                    "; expected k [tokens, num_kv_heads * head_dim]");
   const c10::SymInt hd(head_dim);
+  check_whole_heads(kOp, "q", q, hd, "[tokens, num_heads * head_dim]");
+  check_whole_heads(kOp, "k", k, hd, "[tokens, num_kv_heads * head_dim]");
   check_norm_weight(kOp, "q_weight", q_weight, "q", q, hd, "head_dim");
   check_norm_weight(kOp, "k_weight", k_weight, "k", k, hd, "head_dim");
   check_eps(kOp, eps);
@@ -195,22 +219,10 @@ std::tuple<at::Tensor, at::Tensor> fused_qk_gemma_rmsnorm_cpu(
   check_last_dim_contiguous(kOp, "k", k);
   check_contiguous(kOp, "q_weight", q_weight);
   check_contiguous(kOp, "k_weight", k_weight);
-  // Each token row of width heads * head_dim is `heads` rows of head_dim, head_dim apart:
-  // one kernel call per token over its heads; the output rows are contiguous.
-  const auto per_head = [&](const at::Tensor& out, const at::Tensor& x, const at::Tensor& w) {
-    if (out.numel() == 0) return;
-    const Rows in = readable_rows(x);
-    const std::int64_t tokens = num_rows(in.t), width = in.t.size(-1);
-    const std::int64_t heads = width / head_dim;
-    parallel_rows(tokens, width, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t t = begin; t < end; ++t) {
-        rvvk::rmsnorm(dtype, row_ptr(out, width, t), head_dim, row_ptr(in.t, in.stride, t),
-                      head_dim, w.data_ptr(), heads, head_dim, static_cast<float>(eps), 1.0f);
-      }
-    });
-  };
-  per_head(q_out, q, q_weight);
-  per_head(k_out, k, k_weight);
+  // The output rows are contiguous.
+  const Rows q_in = readable_rows(q), k_in = readable_rows(k);
+  rmsnorm_heads(dtype, q_out, q.size(-1), q_in.t, q_in.stride, q_weight, head_dim, eps, 1.0f);
+  rmsnorm_heads(dtype, k_out, k.size(-1), k_in.t, k_in.stride, k_weight, head_dim, eps, 1.0f);
   return {q_out, k_out};
 }
 
@@ -224,11 +236,10 @@ void fused_qk_norm_cpu(bool meta, at::Tensor& q, at::Tensor& k, const at::Tensor
   const rvvk::DType dtype = check_qk(meta, kOp, q, k, q_weight, k_weight);
   TORCH_CHECK_VALUE(q_weight.dim() == 1 && q_weight.sym_size(0) >= 1, kOp, ": q_weight (",
                     describe(q_weight), ") must be 1-D with head_dim >= 1 elements");
-  const c10::SymInt hd = q_weight.sym_size(0);
-  TORCH_CHECK_VALUE(q.sym_size(-1) % hd == 0, kOp, ": q.size(-1) = ", q.sym_size(-1),
-                    " is not a multiple of head_dim = ", hd, " (q_weight's size)");
-  TORCH_CHECK_VALUE(k.sym_size(-1) % hd == 0, kOp, ": k.size(-1) = ", k.sym_size(-1),
-                    " is not a multiple of head_dim = ", hd, " (q_weight's size)");
+  const c10::SymInt hd = q_weight.sym_size(0);  // head_dim
+  check_whole_heads(kOp, "q", q, hd,
+                    "[tokens, num_heads * head_dim], head_dim = q_weight's size");
+  check_whole_heads(kOp, "k", k, hd, "[tokens, num_kv_heads * head_dim]");
   check_norm_weight(kOp, "q_weight", q_weight, "q", q, hd, "head_dim");
   check_norm_weight(kOp, "k_weight", k_weight, "k", k, hd, "head_dim, from q_weight");
   check_eps(kOp, eps);
@@ -241,14 +252,7 @@ void fused_qk_norm_cpu(bool meta, at::Tensor& q, at::Tensor& k, const at::Tensor
     check_last_dim_contiguous(kOp, arg, x);
     const std::int64_t stride = require_row_stride(kOp, arg, x);
     check_rows_disjoint(kOp, arg, x, stride);
-    const std::int64_t tokens = num_rows(x), width = x.size(-1), heads = width / head_dim;
-    parallel_rows(tokens, width, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t t = begin; t < end; ++t) {
-        void* row = row_ptr(x, stride, t);
-        rvvk::rmsnorm(dtype, row, head_dim, row, head_dim, w.data_ptr(), heads, head_dim,
-                      static_cast<float>(eps), 0.0f);
-      }
-    });
+    rmsnorm_heads(dtype, x, stride, x, stride, w, head_dim, eps, 0.0f);
   };
   // q and k are usually interleaved column slices of one qkv row (their address ranges
   // overlap, their elements do not), so no range-overlap check between them.
