@@ -257,28 +257,16 @@ def build(arch: Arch, out: Path, *, steps: int = 60, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg).to(torch.float32)
     ids = torch.tensor(tok(demo.corpus())["input_ids"], dtype=torch.long)
-    seq = 48
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
-    model.train()
-    loss = torch.tensor(0.0)
-    for _ in range(steps):
-        starts = torch.randint(0, ids.numel() - seq - 1, (8,), generator=gen)
-        batch = torch.stack([ids[s : s + seq + 1] for s in starts.tolist()])
-        loss = model(input_ids=batch[:, :-1], labels=batch[:, :-1].clone()).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
+    loss = demo.train(model, ids, steps=steps, seq=48, seed=seed, label=f"matrix {arch.name}")
     model.config.dtype = torch.float32
     model.save_pretrained(str(out), safe_serialization=True)
     (out / "rvv_sglang_matrix.json").write_text(
         json.dumps({"format_version": FORMAT_VERSION, "arch": arch.name,
                     "revision": arch.revision, "seed": seed, "steps": steps,
-                    "final_loss": round(float(loss.item()), 4)}, indent=2)
+                    "final_loss": round(loss, 4)}, indent=2)
     )  # fmt: skip
     print(f"  matrix {arch.name}: built in {time.monotonic() - started:.0f} s, "
-          f"loss {loss.item():.3f}", flush=True)  # fmt: skip
+          f"loss {loss:.3f}", flush=True)  # fmt: skip
     return out
 
 

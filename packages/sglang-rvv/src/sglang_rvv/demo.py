@@ -173,6 +173,34 @@ def _config(arch: str, vocab: int, bos: int, eos: int) -> Any:
     return LlamaConfig(head_dim=16, **common)
 
 
+def train(
+    model: Any, ids: Any, *, steps: int, seq: int, seed: int, label: str, moe: bool = False
+) -> float:
+    """Trains ``model`` on random ``seq``-token windows of the token ids ``ids`` (batches of
+    8, AdamW at 3e-3, windows drawn from a generator seeded with ``seed``), printing progress
+    every 50 steps as ``label``; leaves it in eval mode and returns the last loss."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    model.train()
+    loss = 0.0
+    for step in range(steps):
+        starts = torch.randint(0, ids.numel() - seq - 1, (8,), generator=gen)
+        batch = torch.stack([ids[s : s + seq + 1] for s in starts.tolist()])
+        # MoE: the loss includes the router's load-balancing term (router_aux_loss_coef)
+        extra = {"output_router_logits": True} if moe else {}
+        out = model(input_ids=batch[:, :-1], labels=batch[:, :-1].clone(), **extra).loss
+        opt.zero_grad()
+        out.backward()
+        opt.step()
+        loss = float(out.item())
+        if step % 50 == 0 or step == steps - 1:
+            print(f"  {label}: step {step + 1}/{steps} loss {loss:.3f}", flush=True)
+    model.eval()
+    return loss
+
+
 def build(out: Path, arch: str = "qwen2", *, steps: int = 300, seed: int = 0) -> Path:
     """Creates the demo model in ``out`` (replaced if present); returns ``out``."""
     import torch
@@ -201,22 +229,7 @@ def build(out: Path, arch: str = "qwen2", *, steps: int = 300, seed: int = 0) ->
     model = classes[arch](cfg).to(torch.float32)
 
     ids = torch.tensor(tokenizer(_CORPUS)["input_ids"], dtype=torch.long)
-    seq = 64
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
-    model.train()
-    for step in range(steps):
-        starts = torch.randint(0, ids.numel() - seq - 1, (8,), generator=gen)
-        batch = torch.stack([ids[s : s + seq + 1] for s in starts.tolist()])
-        # MoE: the loss includes the router's load-balancing term (router_aux_loss_coef)
-        extra = {"output_router_logits": True} if moe else {}
-        loss = model(input_ids=batch[:, :-1], labels=batch[:, :-1].clone(), **extra).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if step % 50 == 0 or step == steps - 1:
-            print(f"  demo {arch}: step {step + 1}/{steps} loss {loss.item():.3f}", flush=True)
-    model.eval()
+    loss = train(model, ids, steps=steps, seq=64, seed=seed, label=f"demo {arch}", moe=moe)
     model.config.dtype = torch.bfloat16
     model.save_pretrained(str(out), safe_serialization=True)
     (out / "rvv_sglang_demo.json").write_text(
@@ -226,7 +239,7 @@ def build(out: Path, arch: str = "qwen2", *, steps: int = 300, seed: int = 0) ->
                 "arch": arch,
                 "seed": seed,
                 "steps": steps,
-                "final_loss": round(float(loss.item()), 4),
+                "final_loss": round(loss, 4),
                 "generated_by": "sglang_rvv.demo",
             },
             indent=2,
