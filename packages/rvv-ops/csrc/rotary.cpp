@@ -187,10 +187,7 @@ std::tuple<at::Tensor, at::Tensor> rotary_embedding_cpu(bool meta, const at::Ten
   const rvvk::RotaryArgs ka = args_for(k, k_in, key_out);
 
   // One token of a small model is ~2K elements: threads only pay off for many tokens.
-  constexpr std::int64_t kMinElementsPerTask = 32768;
-  const std::int64_t per_token = std::max<std::int64_t>((q.heads + k.heads) * head_size, 1);
-  const std::int64_t grain = std::max<std::int64_t>(1, kMinElementsPerTask / per_token);
-  at::parallel_for(0, tokens, grain, [&](std::int64_t begin, std::int64_t end) {
+  parallel_rows(tokens, (q.heads + k.heads) * head_size, [&](std::int64_t begin, std::int64_t end) {
     rvvk::rotary_embedding(qa, begin, end);
     rvvk::rotary_embedding(ka, begin, end);
   });
@@ -294,11 +291,8 @@ std::tuple<at::Tensor, at::Tensor> apply_rotary_pos_emb_cpu(bool meta, const at:
   };
   const rvvk::RotaryPosEmbArgs qa = args_for(q_in, query_out);
   const rvvk::RotaryPosEmbArgs ka = args_for(k_in, key_out);
-  constexpr std::int64_t kMinElementsPerTask = 32768;
-  const std::int64_t per_token =
-      std::max<std::int64_t>((query.size(1) + key.size(1)) * head_size, 1);
-  const std::int64_t grain = std::max<std::int64_t>(1, kMinElementsPerTask / per_token);
-  at::parallel_for(0, tokens, grain, [&](std::int64_t begin, std::int64_t end) {
+  const std::int64_t per_token = (query.size(1) + key.size(1)) * head_size;
+  parallel_rows(tokens, per_token, [&](std::int64_t begin, std::int64_t end) {
     rvvk::rotary_pos_emb(qa, begin, end);
     rvvk::rotary_pos_emb(ka, begin, end);
   });
@@ -477,10 +471,7 @@ void multimodal_rotary_embedding_cpu(bool meta, const at::Tensor& positions, at:
   };
   const rvvk::RotaryArgs qa = args_for(query);
   const rvvk::RotaryArgs ka = args_for(key);
-  constexpr std::int64_t kMinElementsPerTask = 32768;
-  const std::int64_t per_token = std::max<std::int64_t>(query.size(1) + key.size(1), 1);
-  const std::int64_t grain = std::max<std::int64_t>(1, kMinElementsPerTask / per_token);
-  at::parallel_for(0, tokens, grain, [&](std::int64_t begin, std::int64_t end) {
+  parallel_rows(tokens, query.size(1) + key.size(1), [&](std::int64_t begin, std::int64_t end) {
     rvvk::rotary_embedding(qa, begin, end);
     rvvk::rotary_embedding(ka, begin, end);
   });
