@@ -155,6 +155,16 @@ at::Tensor fused_rmsnorm_gated_cpu(bool meta, const at::Tensor& input, const at:
 
 namespace {
 
+// The CPU-only layout checks of the QK ops: q (named `q_arg`) and k with a contiguous last
+// dimension, contiguous weights.
+void check_qk_layout(const char* op, const char* q_arg, const at::Tensor& q, const at::Tensor& k,
+                     const at::Tensor& q_weight, const at::Tensor& k_weight) {
+  check_last_dim_contiguous(op, q_arg, q);
+  check_last_dim_contiguous(op, "k", k);
+  check_contiguous(op, "q_weight", q_weight);
+  check_contiguous(op, "k_weight", k_weight);
+}
+
 // `t` (named `arg`, laid out as `layout`) is rows of whole head_dim-wide heads.
 void check_whole_heads(const char* op, const char* arg, const at::Tensor& t,
                        const c10::SymInt& head_dim, const char* layout) {
@@ -192,10 +202,7 @@ std::tuple<at::Tensor, at::Tensor> fused_qk_rmsnorm_cpu(bool meta, const at::Ten
   check_eps(kOp, eps);
   at::Tensor q_out = new_like(meta, q), k_out = new_like(meta, k);
   if (meta) return {q_out, k_out};
-  check_last_dim_contiguous(kOp, "q", q);
-  check_last_dim_contiguous(kOp, "k", k);
-  check_contiguous(kOp, "q_weight", q_weight);
-  check_contiguous(kOp, "k_weight", k_weight);
+  check_qk_layout(kOp, "q", q, k, q_weight, k_weight);
   run_rmsnorm(dtype, q_out, readable_rows(q), q_weight, eps, 0.0f);
   run_rmsnorm(dtype, k_out, readable_rows(k), k_weight, eps, 0.0f);
   return {q_out, k_out};
@@ -215,10 +222,7 @@ std::tuple<at::Tensor, at::Tensor> fused_qk_gemma_rmsnorm_cpu(
   check_eps(kOp, eps);
   at::Tensor q_out = new_like(meta, q), k_out = new_like(meta, k);
   if (meta) return {q_out, k_out};
-  check_last_dim_contiguous(kOp, "q", q);
-  check_last_dim_contiguous(kOp, "k", k);
-  check_contiguous(kOp, "q_weight", q_weight);
-  check_contiguous(kOp, "k_weight", k_weight);
+  check_qk_layout(kOp, "q", q, k, q_weight, k_weight);
   // The output rows are contiguous.
   const Rows q_in = readable_rows(q), k_in = readable_rows(k);
   rmsnorm_heads(dtype, q_out, q.size(-1), q_in.t, q_in.stride, q_weight, head_dim, eps, 1.0f);
@@ -291,10 +295,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_qk_gemma_rmsnorm_with_gate_
     return {at::empty_symint({tokens * num_head, hd}, opts),
             at::empty_symint({kv_rows, hd}, opts), at::empty_symint({tokens * num_head, hd}, opts)};
   }
-  check_last_dim_contiguous(kOp, "q_gate", q_gate);
-  check_last_dim_contiguous(kOp, "k", k);
-  check_contiguous(kOp, "q_weight", q_weight);
-  check_contiguous(kOp, "k_weight", k_weight);
+  check_qk_layout(kOp, "q_gate", q_gate, k, q_weight, k_weight);
   const std::int64_t n = q_gate.size(0), kv_heads = k.size(1) / head_dim;
   at::Tensor q_out = at::empty({n * num_head, head_dim}, opts);
   at::Tensor k_out = at::empty({n * kv_heads, head_dim}, opts);
@@ -475,10 +476,7 @@ void fused_qk_norm_rope_cpu(bool meta, at::Tensor& q, at::Tensor& k, const at::T
                     ") has the wrong shape; expected [max_position, rotary_dim = ", rotary_dim,
                     "] (cos then sin)");
   if (meta) return;
-  check_last_dim_contiguous(kOp, "q", q);
-  check_last_dim_contiguous(kOp, "k", k);
-  check_contiguous(kOp, "q_weight", q_weight);
-  check_contiguous(kOp, "k_weight", k_weight);
+  check_qk_layout(kOp, "q", q, k, q_weight, k_weight);
   TORCH_CHECK_VALUE(cos_sin_cache.stride(1) == 1, kOp, ": cos_sin_cache (",
                     describe(cos_sin_cache), ") has a last-dimension stride of ",
                     cos_sin_cache.stride(1), "; expected 1 (call .contiguous() first)");
